@@ -1,0 +1,168 @@
+"""
+GGD-BAM: attention with a Generalized-Gaussian positional prior (SPEC §1),
+scalable softmax (SSMax, SPEC §2), ALiBi slopes (SPEC §4), and the chunked
+reference attention that every non-SDPA variant of model.py runs on.
+
+Notation (SPEC): query position i, key position j <= i, distance Δ = j − i.
+All positions are absolute, so the same code serves training, chunked
+prefill and token-by-token decoding with a KV cache.
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+GGD_EPS = 1e-5  # ε in b = −c·(|Δ − μ| + ε)^β (SPEC §1)
+
+
+def alibi_slopes(n_head):
+    """ALiBi slopes, SPEC §1/§4 (Press et al. 2022).
+
+    For n_head a power of 2: slope_k = 2^(−8k/n_head), k = 1..n_head. Otherwise
+    the slopes of the nearest lower power of 2, then every other slope of the
+    power of 2 twice as large, until there are n_head of them.
+    Returns a float32 tensor of shape (n_head,). Raises ValueError if n_head < 1.
+    """
+    if n_head < 1:
+        raise ValueError(f"n_head must be >= 1, got {n_head}")
+
+    def power_of_2_slopes(n):
+        return [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
+
+    n = 2 ** int(math.floor(math.log2(n_head)))
+    slopes = power_of_2_slopes(n)
+    if n < n_head:
+        slopes += power_of_2_slopes(2 * n)[0::2][: n_head - n]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def ggd_bias(q_pos, k_pos, log_scale, shape, loc=None):
+    """The GGD-BAM prior b_h(i, j) = −exp(log_scale_h)·(|Δ − μ_h| + ε)^shape_h, SPEC §1.
+
+    q_pos: (Tq,) and k_pos: (Tk,) absolute positions (integer or float tensors).
+    log_scale, shape: (H,) per-head parameters θ_scale and β; loc: (H,) θ_loc or
+    None (= 0), with μ = exp(loc) − exp(−loc). Δ = k_pos − q_pos, ε = 1e-5.
+    Returns a (H, Tq, Tk) tensor in the parameters' dtype; it is defined for
+    every (i, j), the causal mask is applied by the caller. shape < 0 is allowed
+    (the diagonal then gets the large negative bias −c·ε^β).
+    """
+    delta = (k_pos[None, :] - q_pos[:, None]).to(log_scale.dtype)  # (Tq, Tk)
+    dist = delta[None]  # (1, Tq, Tk)
+    if loc is not None:
+        mu = torch.exp(loc) - torch.exp(-loc)  # (H,)
+        dist = dist - mu[:, None, None]
+    dist = dist.abs() + GGD_EPS
+    return -torch.exp(log_scale)[:, None, None] * dist.pow(shape[:, None, None])
+
+
+def alibi_bias(q_pos, k_pos, slopes):
+    """ALiBi bias b_h(i, j) = −slope_h·|Δ|, SPEC §4. Shapes as in ggd_bias: (H, Tq, Tk)."""
+    delta = (k_pos[None, :] - q_pos[:, None]).to(slopes.dtype)
+    return -slopes[:, None, None] * delta.abs()[None]
+
+
+class GGDPrior(nn.Module):
+    """Learnable GGD-BAM prior of one layer (or of all layers when shared), SPEC §1.
+
+    Parameters (trainable, no weight decay): log_scale (H,) = θ_scale and
+    shape (H,) = β. loc (H,) = θ_loc is a frozen buffer at 0, so the module adds
+    exactly 2·H parameters. scale_init "alibi" sets c = exp(log_scale) to the ALiBi
+    slopes, so that with shape_init = 1 BAM equals ALiBi at initialisation; a
+    number sets every head's c to it. Raises ValueError for a non-positive scale.
+    """
+
+    def __init__(self, n_head, shape_init=1.0, scale_init="alibi"):
+        super().__init__()
+        if scale_init == "alibi":
+            scale = alibi_slopes(n_head)
+        else:
+            if float(scale_init) <= 0:
+                raise ValueError(f"bam_scale_init must be 'alibi' or a number > 0, got {scale_init!r}")
+            scale = torch.full((n_head,), float(scale_init))
+        self.log_scale = nn.Parameter(torch.log(scale))
+        self.shape = nn.Parameter(torch.full((n_head,), float(shape_init)))
+        self.register_buffer("loc", torch.zeros(n_head))
+
+    def forward(self, q_pos, k_pos):
+        """Bias of shape (H, Tq, Tk) for absolute positions q_pos (Tq,), k_pos (Tk,)."""
+        return ggd_bias(q_pos, k_pos, self.log_scale, self.shape, self.loc)
+
+
+class SSMax(nn.Module):
+    """Scalable softmax, SPEC §2: the logits of query i are multiplied by s_h·log(n_i).
+
+    n_i = number of keys query i sees = absolute position + 1 (plain causal mask,
+    also with a KV cache). s (H,) is learnable, init 1.0, no weight decay.
+    """
+
+    def __init__(self, n_head, init=1.0):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((n_head,), float(init)))
+
+    def forward(self, q_pos):
+        """Factor s_h·log(q_pos + 1) of shape (H, Tq, 1) for positions q_pos (Tq,)."""
+        return self.scale[:, None, None] * torch.log(q_pos.to(self.scale.dtype) + 1)[None, :, None]
+
+
+def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None,
+                        bias_in_ssmax=True, score_fn=None, dropout_p=0.0, chunk_size=256):
+    """Causal attention computed explicitly, one chunk of queries at a time.
+
+    q: (B, H, Tq, D) at absolute positions q_offset .. q_offset+Tq−1;
+    k, v: (B, H, Tk, D) at positions 0 .. Tk−1; causal: key j is seen by query i
+    iff j <= i (lower-right aligned when q_offset = Tk − Tq).
+    Logits z_ij = q·k/√D (or score_fn(q, k, q_pos, k_pos) → (B, H, tq, tk), as TAPA),
+    plus bias_fn(q_pos, k_pos) → (H, tq, tk) if given. With ssmax_scale (H,), SSMax
+    multiplies by s_h·log(i + 1) either (q·k/√D + b) (bias_in_ssmax, BAM, SPEC §2)
+    or q·k/√D alone with the bias added after (ALiBi and the other baselines).
+    Softmax in fp32. Memory: scores of at most (B, H, chunk_size, Tk), never Tq × Tk.
+    Returns (B, H, Tq, D) in v's dtype. Raises ValueError if Tk < q_offset + Tq.
+    """
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    if Tk < q_offset + Tq:
+        raise ValueError(f"need keys for positions up to {q_offset + Tq - 1}, got Tk={Tk}")
+    device = q.device
+    k_pos_all = torch.arange(Tk, device=device)
+    out = torch.empty_like(q, dtype=v.dtype)
+    for c0 in range(0, Tq, chunk_size):
+        c1 = min(c0 + chunk_size, Tq)
+        q_pos = torch.arange(q_offset + c0, q_offset + c1, device=device)  # (tq,)
+        kend = q_offset + c1  # keys past the chunk's last query are all masked
+        kc, vc, k_pos = k[:, :, :kend], v[:, :, :kend], k_pos_all[:kend]
+        qc = q[:, :, c0:c1]
+        if score_fn is None:
+            z = (qc.float() @ kc.float().transpose(-2, -1)) / math.sqrt(D)  # (B, H, tq, tk)
+        else:
+            z = score_fn(qc, kc, q_pos, k_pos).float()
+        bias = bias_fn(q_pos, k_pos).float() if bias_fn is not None else None  # (H, tq, tk)
+        if ssmax_scale is not None:
+            factor = ssmax_scale.float()[:, None, None] * torch.log(q_pos.float() + 1)[None, :, None]  # (H, tq, 1)
+            if bias is not None and bias_in_ssmax:
+                z = factor * (z + bias)
+                bias = None
+            else:
+                z = factor * z
+        if bias is not None:
+            z = z + bias
+        z = z.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
+        att = F.softmax(z, dim=-1)
+        if dropout_p > 0:
+            att = F.dropout(att, p=dropout_p)
+        out[:, :, c0:c1] = (att @ vc.float()).to(v.dtype)
+    return out
+
+
+def bam_attention_ref(q, k, v, log_scale, shape, loc=None, ssmax_scale=None, q_offset=0, chunk_size=256):
+    """GGD-BAM attention (SPEC §1, with SSMax SPEC §2), PyTorch reference and oracle for kernels.py.
+
+    q: (B, H, Tq, D), k, v: (B, H, Tk, D); log_scale, shape, loc, ssmax_scale: (H,).
+    z_ij = f_i·(q·k/√D + b_h(i, j)) with f_i = s_h·log(i + 1) under SSMax, else f_i = 1;
+    causal softmax (lower-right aligned through q_offset). Returns (B, H, Tq, D).
+    Differentiable in every input, the prior parameters included.
+    """
+    return reference_attention(
+        q, k, v, q_offset=q_offset, ssmax_scale=ssmax_scale, chunk_size=chunk_size,
+        bias_fn=lambda qp, kp: ggd_bias(qp, kp, log_scale, shape, loc))

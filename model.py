@@ -1,0 +1,338 @@
+"""
+A GPT language model with a choice of positional encoding, in nanoGPT's style:
+GPT-2 blocks (pre-LayerNorm, fused qkv projection, tied lm_head, `bias` flag).
+
+config.pos selects the positional variant (SPEC §1, §3, §4):
+    nope        no positional signal
+    sinusoidal  fixed sin/cos (base 10000) added to the token embeddings
+    learned     GPT-2's learned wpe (cannot go past block_size)
+    rope        rotary embedding of q and k (base config.rope_base)
+    alibi       −slope_h·|i − j| added to the logits
+    bam         GGD-BAM: learnable Generalized-Gaussian prior on the logits
+    tapa        token-aware phase attention (amplitude × cos(phase))
+config.ssmax adds scalable softmax (SPEC §2) to any of them.
+
+Positions are absolute everywhere, so a KV cache (`cache=` in forward) gives
+chunked prefill and token-by-token decoding past block_size for every variant
+that extrapolates.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention_bam import GGDPrior, SSMax, alibi_slopes, alibi_bias, reference_attention
+from attention_tapa import TAPA_PHASES, tapa_attention_ref, tapa_split
+
+POS_VARIANTS = ("nope", "sinusoidal", "learned", "rope", "alibi", "bam", "tapa")
+ATTN_IMPLS = ("torch", "triton")
+SDPA_ALIBI_MAX_T = 2048  # alibi uses SDPA with an additive (H, T, T) mask up to this T, chunks beyond
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024      # training context length
+    vocab_size: int = 50304     # GPT-2's 50257 padded up to a multiple of 64
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True           # bias in Linear and LayerNorm layers, as GPT-2
+    pos: str = "rope"           # one of POS_VARIANTS
+    ssmax: bool = False         # scalable softmax (SPEC §2), with any pos
+    rope_base: float = 10000.0
+    bam_shape_init: float = 1.0         # β at init (1 = Laplace = ALiBi)
+    bam_scale_init: object = "alibi"    # c at init: "alibi" slopes or a number > 0
+    bam_global_prior: bool = False      # one prior shared by all layers (authors' code)
+    tapa_theta: float = 0.5     # fraction of each head's dims used for amplitude
+    tapa_alpha: float = 0.1     # exponent of |i − j| in the phase
+    tapa_phase: str = "quadratic"       # or "linear" (the paper's ablation)
+    attn_impl: str = "torch"    # "triton": fused kernels of kernels.py
+
+    def __post_init__(self):
+        if self.pos not in POS_VARIANTS:
+            raise ValueError(f"unknown pos {self.pos!r}; valid: {', '.join(POS_VARIANTS)}")
+        if self.attn_impl not in ATTN_IMPLS:
+            raise ValueError(f"unknown attn_impl {self.attn_impl!r}; valid: {', '.join(ATTN_IMPLS)}")
+        if self.tapa_phase not in TAPA_PHASES:
+            raise ValueError(f"unknown tapa_phase {self.tapa_phase!r}; valid: {', '.join(TAPA_PHASES)}")
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        if self.pos == "rope" and (self.n_embd // self.n_head) % 2 != 0:
+            raise ValueError("rope needs an even head dim n_embd // n_head")
+        if self.pos == "tapa":
+            tapa_split(self.n_embd // self.n_head, self.tapa_theta)
+
+
+def sinusoidal_embedding(pos, dim, base=10000.0):
+    """Fixed sinusoidal position embedding (Vaswani et al.), SPEC §4.
+
+    pos: (T,) absolute positions. Returns (T, dim) fp32: even dims sin(pos·ω_k),
+    odd dims cos(pos·ω_k), ω_k = base^(−2k/dim).
+    """
+    omega = base ** (-torch.arange(0, dim, 2, device=pos.device, dtype=torch.float32) / dim)  # (dim/2,)
+    angle = pos.float()[:, None] * omega[None, :]  # (T, dim/2)
+    emb = torch.zeros(len(pos), dim, device=pos.device)
+    emb[:, 0::2] = torch.sin(angle)
+    emb[:, 1::2] = torch.cos(angle[:, : dim // 2])
+    return emb
+
+
+def apply_rope(x, pos, base):
+    """Rotary position embedding (Su et al.), SPEC §4, half-split (GPT-NeoX/LLaMA) layout.
+
+    x: (B, H, T, D) with D even; pos: (T,) absolute positions. Returns x rotated
+    by angle pos·base^(−2k/D) in each (k, k + D/2) plane, same shape and dtype.
+    """
+    D = x.shape[-1]
+    inv_freq = base ** (-torch.arange(0, D, 2, device=x.device, dtype=torch.float32) / D)  # (D/2,)
+    angle = pos.float()[:, None] * inv_freq[None, :]  # (T, D/2)
+    cos, sin = angle.cos(), angle.sin()
+    x1, x2 = x.float()[..., : D // 2], x.float()[..., D // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with the positional variant of config.pos.
+
+    forward(x, t0, kv=None): x (B, T, C) holds the tokens at absolute positions
+    t0 .. t0+T−1; kv is this layer's cached (k, v), each (B, H, t0, hs), or None.
+    Returns (y, (k, v)) with y (B, T, C) and the keys/values of positions 0 .. t0+T−1.
+    """
+
+    def __init__(self, config, prior=None):
+        super().__init__()
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.n_head, self.n_embd, self.dropout = config.n_head, config.n_embd, config.dropout
+        self.config = config
+        if config.pos == "alibi":
+            self.register_buffer("slopes", alibi_slopes(config.n_head), persistent=False)
+        if config.pos == "bam":  # a shared prior is passed in when config.bam_global_prior
+            self.prior = prior if prior is not None else GGDPrior(
+                config.n_head, config.bam_shape_init, config.bam_scale_init)
+        self.ssmax = SSMax(config.n_head) if config.ssmax else None
+
+    def forward(self, x, t0, kv=None):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        if self.config.pos == "rope":
+            pos = torch.arange(t0, t0 + T, device=x.device)
+            q, k = apply_rope(q, pos, self.config.rope_base), apply_rope(k, pos, self.config.rope_base)
+        if kv is not None:
+            k, v = torch.cat([kv[0], k], dim=2), torch.cat([kv[1], v], dim=2)  # (B, nh, t0+T, hs)
+        y = self.attend(q, k, v, t0)  # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y)), (k, v)
+
+    def attend(self, q, k, v, t0):
+        """Causal attention of q (B, nh, T, hs) at positions t0.. over k, v (B, nh, t0+T, hs)."""
+        cfg = self.config
+        dropout_p = self.dropout if self.training else 0.0
+        s = self.ssmax.scale if self.ssmax is not None else None
+        T, Tk = q.shape[2], k.shape[2]
+        if cfg.attn_impl == "triton" and cfg.pos in ("bam", "tapa"):
+            return self.attend_triton(q, k, v, t0, s)
+        if cfg.pos == "bam":
+            p = self.prior
+            return reference_attention(q, k, v, t0, ssmax_scale=s, dropout_p=dropout_p,
+                                       bias_fn=p.forward)
+        if cfg.pos == "tapa":
+            return tapa_attention_ref(q, k, v, cfg.tapa_theta, cfg.tapa_alpha, cfg.tapa_phase, t0,
+                                      ssmax_scale=s, dropout_p=dropout_p)
+        alibi = (lambda qp, kp: alibi_bias(qp, kp, self.slopes)) if cfg.pos == "alibi" else None
+        if s is not None:  # SSMax scales q·k/√D only; ALiBi's bias is added after (SPEC §2)
+            return reference_attention(q, k, v, t0, bias_fn=alibi, ssmax_scale=s,
+                                       bias_in_ssmax=False, dropout_p=dropout_p)
+        if T == Tk and alibi is None:  # plain causal: SDPA's flash / memory-efficient kernels
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+        if alibi is not None and Tk <= SDPA_ALIBI_MAX_T:  # additive mask, lower-right causal
+            q_pos = torch.arange(t0, t0 + T, device=q.device)
+            k_pos = torch.arange(Tk, device=q.device)
+            mask = alibi(q_pos, k_pos).masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=dropout_p)
+        return reference_attention(q, k, v, t0, bias_fn=alibi, dropout_p=dropout_p)
+
+    def attend_triton(self, q, k, v, t0, ssmax_scale):
+        """The fused kernels of kernels.py (CUDA, or CPU under TRITON_INTERPRET=1)."""
+        import kernels  # imported here so the model runs where triton is not installed
+        cfg = self.config
+        if self.training and self.dropout > 0:
+            raise ValueError("attn_impl='triton' has no attention dropout; set dropout=0.0 or attn_impl='torch'")
+        if cfg.pos == "bam":
+            p = self.prior
+            return kernels.bam_attention(q, k, v, p.log_scale, p.shape, p.loc, ssmax_scale, q_offset=t0)
+        if ssmax_scale is not None or cfg.tapa_phase != "quadratic":
+            raise ValueError("the TAPA kernel implements quadratic phase without SSMax; use attn_impl='torch'")
+        return kernels.tapa_attention(q, k, v, cfg.tapa_theta, cfg.tapa_alpha, q_offset=t0)
+
+
+class MLP(nn.Module):
+    """GPT-2 feed-forward block: (B, T, C) -> (B, T, C) through 4·C GELU units."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, config, prior=None):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config, prior)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, t0, kv=None):
+        a, kv = self.attn(self.ln_1(x), t0, kv)
+        x = x + a
+        return x + self.mlp(self.ln_2(x)), kv
+
+
+class GPT(nn.Module):
+    """GPT-2 style language model; see the module docstring for the positional variants."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        if config.attn_impl == "triton" and config.pos not in ("bam", "tapa"):
+            raise ValueError(f"attn_impl='triton' has kernels for pos='bam' and 'tapa' only, not {config.pos!r}")
+        prior = None
+        if config.pos == "bam" and config.bam_global_prior:
+            prior = GGDPrior(config.n_head, config.bam_shape_init, config.bam_scale_init)
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config, prior) for _ in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        if config.pos == "learned":
+            self.transformer["wpe"] = nn.Embedding(config.block_size, config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+        self.apply(self._init_weights)
+        for pn, p in self.named_parameters():  # scaled init of the residual projections (GPT-2)
+            if pn.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def get_num_params(self, non_embedding=True):
+        """Number of parameters (each shared tensor once); minus wpe if non_embedding."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and "wpe" in self.transformer:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def new_cache(self):
+        """An empty KV cache for forward(..., cache=): one (k, v) slot per layer."""
+        return [None] * self.config.n_layer
+
+    def forward(self, idx, targets=None, cache=None, keep_last=1):
+        """Logits (and loss) for the tokens idx.
+
+        idx: (B, T) token ids. Without cache they sit at positions 0..T−1; with a
+        cache (from new_cache(), extended in place) at t0..t0+T−1, t0 = tokens cached.
+        targets: (B, T) ids, −1 ignored -> logits (B, T, V) and the mean cross-entropy.
+        Without targets: logits of the last keep_last positions, (B, keep_last, V)
+        (keep_last=None: all T), and loss None.
+        Raises ValueError for pos='learned' past block_size.
+        """
+        B, T = idx.size()
+        t0 = 0 if cache is None or cache[0] is None else cache[0][0].shape[2]
+        if self.config.pos == "learned" and t0 + T > self.config.block_size:
+            raise ValueError(f"pos='learned' has embeddings for block_size={self.config.block_size} positions, "
+                             f"asked for {t0 + T}; use a variant that extrapolates or a shorter input")
+        pos = torch.arange(t0, t0 + T, device=idx.device)  # (T,)
+        x = self.transformer.wte(idx)  # (B, T, C)
+        if self.config.pos == "learned":
+            x = x + self.transformer.wpe(pos)
+        elif self.config.pos == "sinusoidal":
+            x = x + sinusoidal_embedding(pos, self.config.n_embd).to(x.dtype)
+        x = self.transformer.drop(x)
+        for layer, block in enumerate(self.transformer.h):
+            x, kv = block(x, t0, None if cache is None else cache[layer])
+            if cache is not None:
+                cache[layer] = kv
+        x = self.transformer.ln_f(x)
+        if targets is not None:
+            logits = self.lm_head(x)  # (B, T, V)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+            return logits, loss
+        if keep_last is not None:
+            x = x[:, -keep_last:]
+        return self.lm_head(x), None
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW: weight decay on matrices only; biases, norms, the BAM prior and SSMax scales get none (SPEC §1, §2)."""
+        decay, no_decay = [], []
+        for name, p in self.named_parameters():
+            if not p.requires_grad:
+                continue
+            is_prior_or_ssmax = ".prior." in name or ".ssmax." in name
+            (decay if p.dim() >= 2 and not is_prior_or_ssmax else no_decay).append(p)
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        fused = device_type == "cuda"
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, prefill_chunk=1024):
+        """Sample max_new_tokens tokens after idx (B, T) with the KV cache; returns (B, T + max_new_tokens).
+
+        The prompt is prefilled in chunks of prefill_chunk tokens. No cropping:
+        variants that extrapolate go past block_size; pos='learned' raises ValueError.
+        temperature > 0; top_k keeps the k most likely tokens.
+        """
+        if self.config.pos == "learned" and idx.size(1) + max_new_tokens > self.config.block_size:
+            raise ValueError(f"pos='learned' cannot generate past block_size={self.config.block_size} "
+                             f"({idx.size(1)} prompt + {max_new_tokens} new tokens)")
+        cache = self.new_cache()
+        for c0 in range(0, idx.size(1), prefill_chunk):
+            logits, _ = self(idx[:, c0:c0 + prefill_chunk], cache=cache)
+        for _ in range(max_new_tokens):
+            logits = logits[:, -1, :] / temperature
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            idx = torch.cat((idx, idx_next), dim=1)
+            logits, _ = self(idx_next, cache=cache)
+        return idx
+
+
+def load_checkpoint(path, device="cpu"):
+    """Load a checkpoint written by train.py: returns (model, checkpoint dict).
+
+    Reads with torch.load(weights_only=True); strips torch.compile's '_orig_mod.'
+    prefixes. Raises FileNotFoundError naming the training command if path is missing.
+    """
+    import os
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no checkpoint at {path}; train one first, e.g. `python train.py --out_dir=...`")
+    ckpt = torch.load(path, map_location=device, weights_only=True)
+    model = GPT(GPTConfig(**ckpt["model_args"]))
+    state = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
+    model.load_state_dict(state)
+    return model.to(device), ckpt
+

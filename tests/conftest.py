@@ -1,0 +1,48 @@
+"""Shared test set-up: offline tokenizer cache and the tiny Shakespeare text.
+
+In this project's CI (CI=true) the files in ../shared must be there; on a user's
+fresh machine the tests fetch what they need or skip with a reason.
+"""
+import os
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+
+if (SHARED / "tiktoken_cache").is_dir():
+    os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED / "tiktoken_cache"))
+
+
+def skip_or_fail(reason):
+    """Skip on a user's machine; under CI a missing resource is a failure, never a skip."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: ../shared must provide it)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def shakespeare_path(tmp_path_factory):
+    """Path to tinyshakespeare.txt: ../shared/data, else downloaded, else skip."""
+    local = SHARED / "data" / "tinyshakespeare.txt"
+    if local.is_file():
+        return local
+    dest = tmp_path_factory.mktemp("shakespeare") / "input.txt"
+    try:
+        urllib.request.urlretrieve(SHAKESPEARE_URL, dest)
+    except OSError as e:
+        skip_or_fail(f"tiny Shakespeare not in ../shared and download failed: {e}")
+    return dest
+
+
+@pytest.fixture(scope="session")
+def gpt2_tokenizer():
+    """The GPT-2 BPE tokenizer (tiktoken r50k_base), offline from ../shared when present."""
+    from data.tokenizer import get_tokenizer
+    try:
+        return get_tokenizer("gpt2")
+    except Exception as e:  # no cache and no network
+        skip_or_fail(f"GPT-2 BPE (tiktoken r50k_base) could not be loaded: {e}")
