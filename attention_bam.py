@@ -134,7 +134,7 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None,
         kc, vc, k_pos = k[:, :, :kend], v[:, :, :kend], k_pos_all[:kend]
         qc = q[:, :, c0:c1]
         if score_fn is None:
-            z = (qc.float() @ kc.float().transpose(-2, -1)) / math.sqrt(D)  # (B, H, tq, tk)
+            z = (qc.float() / math.sqrt(D)) @ kc.float().transpose(-2, -1)  # (B, H, tq, tk)
         else:
             z = score_fn(qc, kc, q_pos, k_pos).float()
         bias = bias_fn(q_pos, k_pos).float() if bias_fn is not None else None  # (H, tq, tk)

@@ -44,13 +44,13 @@ def tapa_scores(q, k, q_pos, k_pos, theta=0.5, alpha=0.1, phase="quadratic"):
     q, k = q.float(), k.float()
     qa, qp = q[..., :d_amp], q[..., d_amp:]
     ka, kp = k[..., :d_amp], k[..., d_amp:]
-    amplitude = (qa @ ka.transpose(-2, -1)) / math.sqrt(d_amp)  # (B, H, Tq, Tk)
+    amplitude = (qa / math.sqrt(d_amp)) @ ka.transpose(-2, -1)  # (B, H, Tq, Tk)
     if phase == "quadratic":
-        phi = (qp @ kp.transpose(-2, -1)) / math.sqrt(D - d_amp)  # (B, H, Tq, Tk)
+        phi = (qp / math.sqrt(D - d_amp)) @ kp.transpose(-2, -1)  # (B, H, Tq, Tk)
     else:
         phi = (qp.sum(-1)[..., :, None] + kp.sum(-1)[..., None, :]) / math.sqrt(D - d_amp)
-    dist = (q_pos[:, None] - k_pos[None, :]).abs().float().pow(alpha)  # (Tq, Tk), 0 on the diagonal
-    return amplitude * torch.cos(2 * math.pi * dist * phi)
+    w = 2 * math.pi * (q_pos[:, None] - k_pos[None, :]).abs().float().pow(alpha)  # (Tq, Tk), 0 on the diagonal
+    return amplitude * torch.cos(w * phi)
 
 
 def tapa_attention_ref(q, k, v, theta=0.5, alpha=0.1, phase="quadratic", q_offset=0,

@@ -1,0 +1,19 @@
+# Tiny Shakespeare with GPT-2's BPE (first: python data/shakespeare.py --tokenizer gpt2).
+# ~300k training tokens: a small model overfits soon, so keep dropout and few iterations.
+# tokens per iteration = batch_size * block_size * gradient_accumulation_steps
+#                      = 16 * 256 * 1 = 4,096; 1,000 iterations = 4.1M tokens (~12 epochs).
+out_dir = "out-shakespeare-gpt2"
+dataset = "shakespeare_gpt2"
+eval_interval = 200
+eval_iters = 20
+block_size = 256
+batch_size = 16
+n_layer = 4
+n_head = 4
+n_embd = 256
+dropout = 0.2
+pos = "rope"
+ssmax = False
+learning_rate = 1e-3
+max_iters = 1000
+warmup_iters = 100

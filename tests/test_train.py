@@ -1,0 +1,139 @@
+"""train.py: configurator, learning, exact resume, weights_only checkpoints, 2-process DDP."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import train
+from data.shakespeare import prepare
+from model import load_checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULTS = {k: getattr(train, k) for k in train.CONFIG_KEYS}
+TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4", "--eval_iters=2",
+        "--device=cpu", "--warmup_iters=2", "--learning_rate=3e-3"]
+
+
+# ---------------------------------------------------------------- configurator
+
+def test_overrides_and_types():
+    cfg = train.get_config(["--pos=alibi", "--ssmax=False", "--n_layer=3", "--learning_rate=1",
+                            "--lr_decay_iters=500", "--bam_scale_init=0.05"], DEFAULTS)
+    assert cfg["pos"] == "alibi" and cfg["ssmax"] is False and cfg["n_layer"] == 3
+    assert cfg["learning_rate"] == 1.0 and isinstance(cfg["learning_rate"], float)
+    assert cfg["lr_decay_iters"] == 500  # a key whose default is None can be set
+    assert cfg["bam_scale_init"] == "0.05"
+    assert cfg["max_iters"] == DEFAULTS["max_iters"]
+
+
+@pytest.mark.parametrize("arg,message", [
+    ("--n_layers=3", "unknown key 'n_layers'; valid keys: .*n_layer"),
+    ("--n_layer=3.5", "n_layer expects int"),
+    ("--ssmax=maybe", "ssmax expects True or False"),
+    ("--learning_rate=fast", "learning_rate expects float"),
+    ("--pos", "malformed argument"),
+])
+def test_bad_arguments_are_refused(arg, message):
+    with pytest.raises(ValueError, match=message):
+        train.get_config([arg], DEFAULTS)
+
+
+def test_config_file_then_override(tmp_path):
+    f = tmp_path / "c.py"
+    f.write_text("import math\nn_layer = 6\nlearning_rate = 1\npos = 'rope'\n")
+    cfg = train.get_config([str(f), "--n_layer=2"], DEFAULTS)
+    assert (cfg["n_layer"], cfg["learning_rate"], cfg["pos"]) == (2, 1.0, "rope")
+    f.write_text("n_layerz = 6\n")
+    with pytest.raises(ValueError, match="unknown key 'n_layerz' in"):
+        train.get_config([str(f)], DEFAULTS)
+    with pytest.raises(FileNotFoundError):
+        train.get_config([str(tmp_path / "missing.py")], DEFAULTS)
+
+
+def test_presets_parse():
+    for name in sorted(os.listdir(os.path.join(ROOT, "config"))):
+        if name.endswith(".py"):
+            train.get_config([os.path.join(ROOT, "config", name)], DEFAULTS)
+
+
+def test_cli_reports_errors_cleanly():
+    r = subprocess.run([sys.executable, "train.py", "--nlayer=2"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode != 0 and "unknown key 'nlayer'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_lr_schedule_closed_form():
+    cfg = dict(DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110, decay_lr=True)
+    assert train.get_lr(0, cfg) == pytest.approx(1 / 11)
+    assert train.get_lr(10, cfg) == pytest.approx(1.0)
+    assert train.get_lr(60, cfg) == pytest.approx(0.1 + 0.5 * 0.9)  # halfway through the cosine
+    assert train.get_lr(500, cfg) == pytest.approx(0.1)
+
+
+# ---------------------------------------------------------------- training
+
+@pytest.fixture(scope="module")
+def shakespeare_byte(tmp_path_factory, shakespeare_path):
+    out = tmp_path_factory.mktemp("shakespeare_byte")
+    prepare(shakespeare_path.read_text(encoding="utf-8"), "byte", str(out))
+    return str(out)
+
+
+def run(args, out_dir, data_dir):
+    cfg = train.get_config(TINY + [f"--out_dir={out_dir}", f"--dataset={data_dir}"] + args, DEFAULTS)
+    return train.train(cfg)
+
+
+def test_few_steps_lower_the_loss(tmp_path, shakespeare_byte):
+    losses = run(["--max_iters=60", "--eval_interval=60", "--pos=rope", "--ssmax=False"], tmp_path, shakespeare_byte)
+    log = (tmp_path / "log.txt").read_text()
+    first = float(log.split("step 0: train loss ")[1].split(",")[0])
+    assert first > 5.0  # ln(257) = 5.55 at init
+    assert losses["train"] < first - 1.5
+
+
+def test_resume_equals_uninterrupted_run(tmp_path, shakespeare_byte):
+    common = ["--eval_interval=4", "--lr_decay_iters=8", "--pos=bam", "--ssmax=True", "--dropout=0.1"]
+    full = run(common + ["--max_iters=8"], tmp_path / "a", shakespeare_byte)
+    run(common + ["--max_iters=4"], tmp_path / "b", shakespeare_byte)  # "killed" after its checkpoint at 4
+    resumed = run(common + ["--max_iters=8", "--init_from=resume"], tmp_path / "b", shakespeare_byte)
+    assert resumed["val"] == pytest.approx(full["val"], abs=1e-5)
+    ma, _ = load_checkpoint(str(tmp_path / "a" / "ckpt.pt"))
+    mb, _ = load_checkpoint(str(tmp_path / "b" / "ckpt.pt"))
+    for (name, pa), (_, pb) in zip(ma.state_dict().items(), mb.state_dict().items()):
+        assert torch.allclose(pa, pb, atol=1e-6), name
+
+
+def test_checkpoint_loads_with_weights_only(tmp_path, shakespeare_byte):
+    run(["--max_iters=2", "--eval_interval=2", "--pos=tapa"], tmp_path, shakespeare_byte)
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert ckpt["iter_num"] == 2 and ckpt["tokenizer"] == "byte" and ckpt["model_args"]["pos"] == "tapa"
+    assert not list(tmp_path.glob("*.tmp"))  # the atomic write left no temporary file
+    model, _ = load_checkpoint(str(tmp_path / "ckpt.pt"))
+    assert model.config.pos == "tapa"
+
+
+def test_resume_refuses_a_dataset_in_another_tokenizer(tmp_path, shakespeare_byte, shakespeare_path, gpt2_tokenizer):
+    run(["--max_iters=2", "--eval_interval=2"], tmp_path, shakespeare_byte)
+    gpt2_dir = tmp_path / "gpt2data"
+    prepare(shakespeare_path.read_text(encoding="utf-8")[:20000], "gpt2", str(gpt2_dir))
+    with pytest.raises(ValueError, match="'byte' tokenizer"):
+        run(["--max_iters=4", "--init_from=resume"], tmp_path, str(gpt2_dir))
+
+
+def test_missing_data_names_the_command(tmp_path):
+    with pytest.raises(FileNotFoundError, match="python data/shakespeare.py"):
+        run(["--max_iters=1"], tmp_path, str(tmp_path / "nothing_here"))
+
+
+def test_ddp_two_processes_gloo(tmp_path, shakespeare_byte):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py"] + TINY + [
+        f"--out_dir={tmp_path}", f"--dataset={shakespeare_byte}", "--max_iters=3", "--eval_interval=3",
+        "--gradient_accumulation_steps=2"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = (tmp_path / "log.txt").read_text()
+    assert "2 process(es)" in log and "step 3:" in log
+    assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["iter_num"] == 3

@@ -1,0 +1,420 @@
+"""
+Train a nanoPE GPT. With no arguments it runs the CPU demo (a small byte-level
+model with GGD-BAM + SSMax on the synthetic passkey set, a few minutes on a
+laptop CPU). Examples:
+
+    python train.py                                   # the CPU demo
+    python train.py --pos=rope                        # the demo with another variant
+    python train.py config/shakespeare_byte.py        # a preset (a Python file of key = value)
+    python train.py config/fineweb_gpt2s.py --pos=alibi --ssmax=True
+    torchrun --standalone --nproc_per_node=8 train.py config/fineweb_gpt2s.py   # DDP
+
+Every key below can be set in a config file or as --key=value; unknown keys and
+values of the wrong type are refused with the list of valid keys.
+"""
+
+import ast
+import json
+import math
+import os
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, fields
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from model import GPT, GPTConfig
+
+# -----------------------------------------------------------------------------
+# defaults: the CPU demo
+# I/O
+out_dir = "out"
+eval_interval = 250
+log_interval = 10
+eval_iters = 20
+eval_only = False
+always_save_checkpoint = True  # save at every eval (needed for an exact resume); else only on a better val loss
+init_from = "scratch"  # "scratch" or "resume" (from out_dir/ckpt.pt)
+wandb_log = False
+wandb_project = "nanope"
+wandb_run_name = None  # default: "<pos>[+ssmax]"
+# data
+dataset = "passkey_byte_512"  # a folder under data/ (or a path); the synthetic passkey_<tokenizer>_<length> is made if missing
+gradient_accumulation_steps = 1
+batch_size = 16
+block_size = 512
+# model (see model.GPTConfig)
+n_layer = 4
+n_head = 4
+n_embd = 128
+dropout = 0.0
+bias = False
+vocab_size = None  # default: the dataset's, padded to a multiple of 64 for GPT-2's BPE
+pos = "bam"
+ssmax = True
+rope_base = 10000.0
+bam_shape_init = 1.0
+bam_scale_init = "alibi"
+bam_global_prior = False
+tapa_theta = 0.5
+tapa_alpha = 0.1
+tapa_phase = "quadratic"
+attn_impl = "torch"
+# AdamW and the learning-rate schedule (warmup, then cosine decay to min_lr)
+learning_rate = 3e-3
+max_iters = 1500
+weight_decay = 0.1
+beta1 = 0.9
+beta2 = 0.99
+grad_clip = 1.0
+decay_lr = True
+warmup_iters = 100
+lr_decay_iters = None  # default: max_iters
+min_lr = None  # default: learning_rate / 10
+# system
+device = "auto"  # "auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:1", ...
+dtype = "auto"  # "auto" (bfloat16 on CUDA where supported, else float32), "float32", "bfloat16", "float16"
+compile = False
+backend = "nccl"  # DDP backend on CUDA; gloo is used on CPU
+seed = 1337
+# -----------------------------------------------------------------------------
+CONFIG_KEYS = [k for k, v in list(globals().items())
+               if not k.startswith("_") and isinstance(v, (int, float, bool, str, type(None)))]
+MODEL_KEYS = [f.name for f in fields(GPTConfig)]
+
+
+def parse_value(key, text, default):
+    """Convert the string of --key=value to the type of the key's default.
+
+    bool: True/False (also true/false, 1/0); int: an integer literal; float: any
+    number (so --learning_rate=1 works); str: taken as is; a None default: a
+    Python literal if it parses, else the string. Raises ValueError naming the key.
+    """
+    if isinstance(default, bool):
+        if text.lower() in ("true", "1"):
+            return True
+        if text.lower() in ("false", "0"):
+            return False
+        raise ValueError(f"--{key} expects True or False, got {text!r}")
+    if isinstance(default, str):
+        return text
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        if default is None:
+            return text
+        raise ValueError(f"--{key} expects {type(default).__name__}, got {text!r}") from None
+    return check_type(key, value, default)
+
+
+def check_type(key, value, default):
+    """Return value if it fits the type of default (int is accepted for float); else ValueError."""
+    if default is None or value is None:
+        return value
+    if isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if type(value) is not type(default) and not (isinstance(default, str) and key == "bam_scale_init"):
+        raise ValueError(f"{key} expects {type(default).__name__}, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def get_config(argv, defaults):
+    """The run's config: defaults, then config files, then --key=value overrides, in argv order.
+
+    argv: list of strings (sys.argv[1:]); defaults: dict of key -> default value.
+    Raises ValueError for an unknown key (listing the valid ones), a wrong type or
+    a malformed argument; FileNotFoundError for a missing config file.
+    """
+    config = dict(defaults)
+    valid = ", ".join(sorted(defaults))
+    for arg in argv:
+        if not arg.startswith("--"):
+            if not os.path.isfile(arg):
+                raise FileNotFoundError(f"config file {arg} not found (arguments are config files or --key=value)")
+            namespace = {}
+            with open(arg) as f:
+                exec(f.read(), namespace)
+            for key, value in namespace.items():
+                if key.startswith("_") or type(value).__name__ == "module":
+                    continue
+                if key not in defaults:
+                    raise ValueError(f"unknown key {key!r} in {arg}; valid keys: {valid}")
+                config[key] = check_type(key, value, defaults[key])
+        else:
+            if "=" not in arg:
+                raise ValueError(f"malformed argument {arg!r}: use --key=value")
+            key, text = arg[2:].split("=", 1)
+            if key not in defaults:
+                raise ValueError(f"unknown key {key!r}; valid keys: {valid}")
+            config[key] = parse_value(key, text, defaults[key])
+    return config
+
+
+def get_lr(it, cfg):
+    """Learning rate at iteration it: linear warmup, cosine decay to min_lr, then min_lr."""
+    if not cfg["decay_lr"]:
+        return cfg["learning_rate"]
+    lr, min_lr, warmup, decay_iters = cfg["learning_rate"], cfg["min_lr"], cfg["warmup_iters"], cfg["lr_decay_iters"]
+    if it < warmup:
+        return lr * (it + 1) / (warmup + 1)
+    if it > decay_iters:
+        return min_lr
+    ratio = (it - warmup) / max(1, decay_iters - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+def get_batch(data_dir, split, batch_size, block_size, meta, device, generator=None):
+    """A random batch (x, y), each (B, T) int64, from data_dir/<split>.bin (uint16 memmap).
+
+    With meta["example_len"] (the synthetic passkey set) windows start at example
+    boundaries; otherwise anywhere. Raises ValueError if the split is shorter than block_size + 1.
+    """
+    data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
+    if len(data) < block_size + 1:
+        raise ValueError(f"{split}.bin in {data_dir} has {len(data)} tokens, fewer than block_size + 1 = {block_size + 1}")
+    if "example_len" in meta:
+        n_examples = (len(data) - block_size - 1) // meta["example_len"] + 1
+        ix = torch.randint(n_examples, (batch_size,), generator=generator) * meta["example_len"]
+    else:
+        ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
+    x = torch.stack([torch.from_numpy(data[i:i + block_size].astype(np.int64)) for i in ix.tolist()])
+    y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block_size].astype(np.int64)) for i in ix.tolist()])
+    if device.startswith("cuda"):
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
+
+
+def prepare_data(dataset_name):
+    """Return (data_dir, meta). Makes the synthetic passkey set passkey_<tokenizer>_<length> if missing.
+
+    Other datasets must be prepared by their script; read_meta then raises
+    FileNotFoundError naming the command.
+    """
+    from data.tokenizer import read_meta
+    data_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", dataset_name)
+    parts = dataset_name.split("_")
+    if not os.path.isfile(os.path.join(data_dir, "meta.json")) and len(parts) == 3 and parts[0] == "passkey":
+        from data.passkey import build_dataset
+        print(f"making the synthetic passkey set {data_dir} (seconds)")
+        build_dataset(parts[1], int(parts[2]), n_train=20000, n_val=500, seed=0, out_dir=data_dir)
+    return data_dir, read_meta(data_dir)
+
+
+def save_checkpoint(path, ckpt):
+    """torch.save to a temporary file, then an atomic rename: a crash never leaves a half-written ckpt."""
+    tmp = path + ".tmp"
+    torch.save(ckpt, tmp)
+    os.replace(tmp, path)
+
+
+def plot_history(history, path):
+    """Train/val loss against iteration (history: list of [iter, train, val]) to a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    it, tr, va = zip(*history)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(it, tr, label="train")
+    ax.plot(it, va, label="val")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("loss")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def train(cfg):
+    """Run training with the config dict cfg (as get_config returns). Returns the final eval losses."""
+    cfg = dict(cfg)
+    cfg["lr_decay_iters"] = cfg["lr_decay_iters"] or cfg["max_iters"]
+    cfg["min_lr"] = cfg["learning_rate"] / 10 if cfg["min_lr"] is None else cfg["min_lr"]
+    # DDP: launched by torchrun, which sets RANK, LOCAL_RANK and WORLD_SIZE
+    ddp = int(os.environ.get("RANK", -1)) != -1
+    dev = cfg["device"]
+    if dev == "auto":
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if ddp:
+        from torch.distributed import init_process_group
+        init_process_group(backend=cfg["backend"] if dev.startswith("cuda") else "gloo")
+        rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+        if dev.startswith("cuda"):
+            dev = f"cuda:{local_rank}"
+            torch.cuda.set_device(dev)
+        if cfg["gradient_accumulation_steps"] % world != 0:
+            raise ValueError(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} must be a multiple "
+                             f"of the number of processes ({world})")
+        cfg["gradient_accumulation_steps"] //= world
+    else:
+        rank, world = 0, 1
+    master = rank == 0
+    device_type = "cuda" if dev.startswith("cuda") else "cpu"
+    dtype = cfg["dtype"]
+    if dtype == "auto":
+        dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    ctx = nullcontext() if device_type == "cpu" else torch.amp.autocast(device_type=device_type, dtype=ptdtype)
+    if device_type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(cfg["seed"] + rank)
+    tokens_per_iter = cfg["gradient_accumulation_steps"] * world * cfg["batch_size"] * cfg["block_size"]
+
+    data_dir, meta = prepare_data(cfg["dataset"]) if master or not ddp else (None, None)
+    if ddp:  # rank 0 may have just made the data: everyone reads it after
+        torch.distributed.barrier()
+        data_dir, meta = prepare_data(cfg["dataset"])
+
+    # model: from scratch or resumed from out_dir/ckpt.pt
+    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    ckpt = None
+    if cfg["init_from"] == "resume":
+        if not os.path.isfile(ckpt_path):
+            raise FileNotFoundError(f"init_from=resume but no checkpoint at {ckpt_path}")
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        if ckpt["tokenizer"] != meta["tokenizer"]:
+            raise ValueError(f"the checkpoint was trained with the {ckpt['tokenizer']!r} tokenizer but dataset "
+                             f"{cfg['dataset']!r} uses {meta['tokenizer']!r}: pick a dataset in the checkpoint's tokenizer")
+        model_args = ckpt["model_args"]
+    elif cfg["init_from"] == "scratch":
+        vocab = cfg["vocab_size"] or meta["vocab_size"]
+        if cfg["vocab_size"] is None and meta["vocab_size"] > 1000:
+            vocab = (vocab + 63) // 64 * 64  # pad GPT-2's 50257 to 50304 for faster matmuls
+        if vocab < meta["vocab_size"]:
+            raise ValueError(f"vocab_size={vocab} is smaller than the dataset's tokenizer ({meta['vocab_size']})")
+        model_args = {k: cfg[k] for k in MODEL_KEYS if k in cfg}
+        model_args["vocab_size"] = vocab
+    else:
+        raise ValueError(f"init_from must be 'scratch' or 'resume', got {cfg['init_from']!r}")
+    model = GPT(GPTConfig(**model_args))
+    if ckpt is not None:
+        model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()})
+    model.to(dev)
+    optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
+                                           (cfg["beta1"], cfg["beta2"]), device_type)
+    iter_num, best_val_loss, history = 0, 1e9, []
+    if ckpt is not None:
+        optimizer.load_state_dict(ckpt["optimizer"])
+        iter_num, best_val_loss, history = ckpt["iter_num"], ckpt["best_val_loss"], ckpt["history"]
+        torch.set_rng_state(ckpt["rng_cpu"])
+        if device_type == "cuda" and ckpt.get("rng_cuda") is not None:
+            torch.cuda.set_rng_state(ckpt["rng_cuda"])
+        ckpt = None  # free memory
+    scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
+    raw_model = model
+    if cfg["compile"]:
+        model = torch.compile(model)
+    if ddp:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None)
+
+    os.makedirs(cfg["out_dir"], exist_ok=True)
+    log_file = os.path.join(cfg["out_dir"], "log.txt")
+
+    def log(msg):
+        if master:
+            tqdm.write(msg)
+            with open(log_file, "a") as f:
+                f.write(msg + "\n")
+
+    eval_model = model.module if ddp else model  # rank 0 evaluates alone: no DDP collectives there
+
+    @torch.no_grad()
+    def estimate_loss():
+        out = {}
+        model.eval()
+        for split in ("train", "val"):
+            losses = torch.zeros(cfg["eval_iters"])
+            for k in range(cfg["eval_iters"]):
+                X, Y = get_batch(data_dir, split, cfg["batch_size"], cfg["block_size"], meta, dev)
+                with ctx:
+                    _, loss = eval_model(X, Y)
+                losses[k] = loss.item()
+            out[split] = losses.mean().item()
+        model.train()
+        return out
+
+    n_params = raw_model.get_num_params()
+    log(f"nanoPE: pos={cfg['pos']} ssmax={cfg['ssmax']} | {n_params / 1e6:.2f}M parameters | device {dev} ({dtype}) "
+        f"| {world} process(es) | {tokens_per_iter:,} tokens per iteration | data {data_dir} ({meta['tokenizer']})")
+    if cfg["wandb_log"] and master:
+        import wandb
+        wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"] or
+                   f"{cfg['pos']}{'+ssmax' if cfg['ssmax'] else ''}", config=cfg)
+
+    def checkpoint():
+        return {"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": model_args,
+                "iter_num": iter_num, "best_val_loss": best_val_loss, "config": cfg, "history": history,
+                "tokenizer": meta["tokenizer"], "rng_cpu": torch.get_rng_state(),
+                "rng_cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}
+
+    start_iter, losses = iter_num, None
+    bar = tqdm(total=cfg["max_iters"], initial=iter_num, disable=not master, dynamic_ncols=True, desc="train")
+    t_last = time.time()
+    while True:
+        # evaluate and checkpoint (not at the iteration a resumed run starts from: it did that already)
+        if iter_num % cfg["eval_interval"] == 0 and (iter_num != start_iter or iter_num == 0) or iter_num == cfg["max_iters"]:
+            if master:
+                losses = estimate_loss()
+                history.append([iter_num, losses["train"], losses["val"]])
+                log(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+                if cfg["wandb_log"]:
+                    wandb.log({"iter": iter_num, "train/loss": losses["train"], "val/loss": losses["val"]})
+                if len(history) > 1:
+                    plot_history(history, os.path.join(cfg["out_dir"], "loss.png"))
+                best_val_loss = min(best_val_loss, losses["val"])
+                if iter_num > 0 and (cfg["always_save_checkpoint"] or losses["val"] <= best_val_loss):
+                    save_checkpoint(ckpt_path, checkpoint())
+            if ddp:
+                torch.distributed.barrier()
+        if iter_num >= cfg["max_iters"] or cfg["eval_only"]:
+            break
+        lr = get_lr(iter_num, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        # forward/backward with gradient accumulation; DDP syncs gradients on the last micro step only
+        for micro_step in range(cfg["gradient_accumulation_steps"]):
+            if ddp:
+                model.require_backward_grad_sync = micro_step == cfg["gradient_accumulation_steps"] - 1
+            X, Y = get_batch(data_dir, "train", cfg["batch_size"], cfg["block_size"], meta, dev)
+            with ctx:
+                _, loss = model(X, Y)
+                loss = loss / cfg["gradient_accumulation_steps"]
+            scaler.scale(loss).backward()
+        if cfg["grad_clip"] > 0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        iter_num += 1
+        bar.update(1)
+        if iter_num % cfg["log_interval"] == 0 and master:
+            dt = time.time() - t_last
+            t_last = time.time()
+            lossf = loss.item() * cfg["gradient_accumulation_steps"]
+            tok_s = tokens_per_iter * cfg["log_interval"] / dt
+            bar.set_postfix(loss=f"{lossf:.4f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
+    bar.close()
+    if ddp:
+        from torch.distributed import destroy_process_group
+        destroy_process_group()
+    return losses
+
+
+def main():
+    defaults = {k: globals()[k] for k in CONFIG_KEYS}
+    try:
+        cfg = get_config(sys.argv[1:], defaults)
+    except (ValueError, FileNotFoundError) as e:
+        sys.exit(f"train.py: {e}")
+    print(json.dumps(cfg))
+    train(cfg)
+
+
+if __name__ == "__main__":
+    main()
