@@ -106,52 +106,69 @@ class SSMax(nn.Module):
         return self.scale[:, None, None] * torch.log(q_pos.to(self.scale.dtype) + 1)[None, :, None]
 
 
+def distance_bias(bias_fn, q_offset, tq, tk, device):
+    """The bias of queries q_offset..q_offset+tq−1 against keys 0..tk−1 as a (H, tq, tk) tensor.
+
+    bias_fn(q_pos, k_pos) -> (H, len(q_pos), len(k_pos)) must depend on the distance
+    k_pos − q_pos only (true of ALiBi and GGD-BAM). It is evaluated once on the
+    tq + tk − 1 distinct distances, and the (tq, tk) Toeplitz matrix is read from that
+    1-D profile through a sliding window: no pow per (i, j) pair.
+    """
+    # r[m] = bias at distance i − j = (q_offset + tq − 1) − m, for m = 0 .. tq+tk−2
+    dist = torch.arange(q_offset + tq - 1, q_offset - tk, -1, device=device)
+    r = bias_fn(torch.zeros(1, device=device), -dist)[:, 0]  # (H, tq+tk−1)
+    # window w of r is the row of query a = tq − 1 − w: flip the windows into query order
+    return r.unfold(-1, tk, 1).flip(-2)  # (H, tq, tk)
+
+
 def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None,
                         bias_in_ssmax=True, score_fn=None, dropout_p=0.0, chunk_size=256):
-    """Causal attention computed explicitly, one chunk of queries at a time.
+    """Causal attention with a positional bias and/or SSMax, one chunk of queries at a time.
 
     q: (B, H, Tq, D) at absolute positions q_offset .. q_offset+Tq−1;
     k, v: (B, H, Tk, D) at positions 0 .. Tk−1; causal: key j is seen by query i
     iff j <= i (lower-right aligned when q_offset = Tk − Tq).
-    Logits z_ij = q·k/√D (or score_fn(q, k, q_pos, k_pos) → (B, H, tq, tk), as TAPA),
-    plus bias_fn(q_pos, k_pos) → (H, tq, tk) if given. With ssmax_scale (H,), SSMax
-    multiplies by s_h·log(i + 1) either (q·k/√D + b) (bias_in_ssmax, BAM, SPEC §2)
-    or q·k/√D alone with the bias added after (ALiBi and the other baselines).
-    Softmax in fp32. Memory: scores of at most (B, H, chunk_size, Tk), never Tq × Tk.
+    Logits z_ij = q·k/√D plus bias_fn(q_pos, k_pos) → (H, tq, tk) if given (a function
+    of k_pos − q_pos only: see distance_bias). With ssmax_scale (H,), SSMax multiplies
+    by f_i = s_h·log(i + 1) either (q·k/√D + b) (bias_in_ssmax, BAM, SPEC §2) or
+    q·k/√D alone with the bias added after (ALiBi and the other baselines).
+    score_fn(q, k, q_pos, k_pos) → (B, H, tq, tk) replaces q·k/√D + b (TAPA).
+    Memory: scores of at most (B, H, chunk_size, Tk), never Tq × Tk.
     Returns (B, H, Tq, D) in v's dtype. Raises ValueError if Tk < q_offset + Tq.
     """
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     if Tk < q_offset + Tq:
         raise ValueError(f"need keys for positions up to {q_offset + Tq - 1}, got Tk={Tk}")
-    device = q.device
-    k_pos_all = torch.arange(Tk, device=device)
     out = torch.empty_like(q, dtype=v.dtype)
     for c0 in range(0, Tq, chunk_size):
         c1 = min(c0 + chunk_size, Tq)
-        q_pos = torch.arange(q_offset + c0, q_offset + c1, device=device)  # (tq,)
-        kend = q_offset + c1  # keys past the chunk's last query are all masked
-        kc, vc, k_pos = k[:, :, :kend], v[:, :, :kend], k_pos_all[:kend]
-        qc = q[:, :, c0:c1]
-        if score_fn is None:
-            z = (qc.float() / math.sqrt(D)) @ kc.float().transpose(-2, -1)  # (B, H, tq, tk)
-        else:
-            z = score_fn(qc, kc, q_pos, k_pos).float()
-        bias = bias_fn(q_pos, k_pos).float() if bias_fn is not None else None  # (H, tq, tk)
+        t0, tq, tk = q_offset + c0, c1 - c0, q_offset + c1  # keys past the chunk's last query are all masked
+        q_pos = torch.arange(t0, t0 + tq, device=q.device)  # (tq,)
+        qc, kc, vc = q[:, :, c0:c1], k[:, :, :tk], v[:, :, :tk]
+        # SSMax factor f_i = s_h·log(i + 1), and the causal mask: only the last tq keys can lie in a query's future
+        f = None
         if ssmax_scale is not None:
-            factor = ssmax_scale.float()[:, None, None] * torch.log(q_pos.float() + 1)[None, :, None]  # (H, tq, 1)
-            if bias is not None and bias_in_ssmax:
-                z = factor * (z + bias)
-                bias = None
-            else:
-                z = factor * z
-        if bias is not None:
-            z = z + bias
-        z = z.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
-        att = F.softmax(z, dim=-1)
-        if dropout_p > 0:
-            att = F.dropout(att, p=dropout_p)
-        out[:, :, c0:c1] = (att @ vc.float()).to(v.dtype)
+            f = ssmax_scale.to(q.dtype)[:, None, None] * torch.log(q_pos.to(q.dtype) + 1)[None, :, None]  # (H, tq, 1)
+        future = torch.ones(tq, tq, dtype=torch.bool, device=q.device).triu(1)  # (tq, tq)
+        if score_fn is not None:  # explicit scores (TAPA), softmax in fp32
+            z = score_fn(qc, kc, q_pos, torch.arange(tk, device=q.device)).float()  # (B, H, tq, tk)
+            z = z if f is None else f.float() * z
+            z = torch.cat([z[..., :t0], z[..., t0:].masked_fill(future, float("-inf"))], dim=-1)
+            att = F.dropout(F.softmax(z, dim=-1), p=dropout_p) if dropout_p > 0 else F.softmax(z, dim=-1)
+            out[:, :, c0:c1] = (att @ vc.float()).to(v.dtype)
+            continue
+        # z = f·(q·k/√D + b) = (f·q)·k/√D + f·b: SSMax folds into q and the bias, SDPA does the rest
+        mask = torch.zeros(1, tq, tk, device=q.device, dtype=q.dtype)  # (1 or H, tq, tk)
+        if bias_fn is not None:
+            mask = distance_bias(bias_fn, t0, tq, tk, q.device)
+        if f is not None:
+            qc = qc * f
+            if bias_fn is not None and bias_in_ssmax:
+                mask = f * mask
+        mask = mask.to(q.dtype)  # a fresh tensor here, so the in-place causal fill is safe for autograd
+        mask[..., t0:].masked_fill_(future, float("-inf"))
+        out[:, :, c0:c1] = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask[None], dropout_p=dropout_p)
     return out
 
 

@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -46,3 +47,7 @@ def gpt2_tokenizer():
         return get_tokenizer("gpt2")
     except Exception as e:  # no cache and no network
         skip_or_fail(f"GPT-2 BPE (tiktoken r50k_base) could not be loaded: {e}")
+
+
+# The test models are tiny: one thread is faster than two fighting over small tensors.
+torch.set_num_threads(1)

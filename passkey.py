@@ -1,0 +1,258 @@
+"""
+Passkey retrieval (SPEC §5): can a checkpoint find a 5-digit key hidden at a
+given depth of a long prompt? Prompts come from data/passkey.py, the same
+generator as the training data, in the checkpoint's tokenizer.
+
+    python passkey.py --out_dir=out --lengths=1x,2x,4x,8x,16x,32x,64x --depths=5 --samples=2
+    python passkey.py --ckpt=out/ckpt.pt --lengths=512,4096 --mode=generate
+
+Long prompts are prefilled through the KV cache in chunks of --chunk tokens,
+so memory grows with chunk × T, never T². Writes every result to --out (JSON,
+plus a CSV beside it) and an accuracy heatmap (length × depth) PNG.
+"""
+import argparse
+import csv
+import json
+import os
+import random
+import time
+from contextlib import nullcontext
+
+import torch
+from tqdm import tqdm
+
+from data.passkey import passkey_depths, passkey_min_length, passkey_prompt, random_key
+from data.tokenizer import get_tokenizer
+from model import load_checkpoint
+
+
+def parse_lengths(spec, block_size):
+    """"1x,2x,512" -> [block_size, 2*block_size, 512]: multiples of block_size ("Nx") or token counts.
+
+    Raises ValueError naming a malformed entry.
+    """
+    out = []
+    for s in str(spec).split(","):
+        s = s.strip().lower()
+        try:
+            out.append(int(round(float(s[:-1]) * block_size)) if s.endswith("x") else int(s))
+        except ValueError:
+            raise ValueError(f"bad length {s!r}: use Nx (N times block_size={block_size}) or a token count") from None
+    return out
+
+
+def prefill(model, ids, cache, chunk, keep_last=1):
+    """Run ids (B, T) through model in chunks of `chunk` tokens, extending `cache` in place.
+
+    Returns the logits of the last keep_last positions (B, keep_last, V) (keep_last <= the
+    last chunk's length). Memory: attention scores of at most chunk × (cached + T) per head.
+    """
+    T = ids.size(1)
+    for c0 in range(0, T, chunk):
+        last = c0 + chunk >= T
+        logits, _ = model(ids[:, c0:c0 + chunk], cache=cache, keep_last=keep_last if last else 1)
+    return logits
+
+
+@torch.no_grad()
+def answer_logits(model, prompt_ids, answer_ids, chunk=1024, device="cpu"):
+    """Logits (A, V) that predict the A = len(answer_ids) answer tokens under teacher forcing.
+
+    The sequence prompt + answer[:-1] (T = P + A - 1 tokens) is prefilled in chunks of
+    `chunk` through the KV cache; its last A positions (P-1 .. T-1) predict the answer.
+    Equal to model(prompt + answer)[0, P-1 : P+A-1] of a full forward.
+    """
+    A = len(answer_ids)
+    seq = torch.tensor(prompt_ids + answer_ids[:-1], dtype=torch.long, device=device)[None]  # (1, T)
+    cache = model.new_cache()
+    body, tail = seq[:, :seq.size(1) - A], seq[:, seq.size(1) - A:]  # tail: the A predicting positions
+    if body.size(1):
+        prefill(model, body, cache, chunk)
+    logits, _ = model(tail, cache=cache, keep_last=None)  # (1, A, V)
+    return logits[0]
+
+
+def score_teacher_forced(model, prompt_ids, answer_ids, chunk=1024, device="cpu"):
+    """Teacher-forced scoring as in the BAM code (SPEC §5): one pass over prompt + answer.
+
+    prompt_ids, answer_ids: lists of token ids (answer non-empty). Returns (correct,
+    predicted_ids): correct only if the argmax equals the true token at every answer position.
+    """
+    pred = answer_logits(model, prompt_ids, answer_ids, chunk, device).argmax(-1).tolist()
+    return pred == list(answer_ids), pred
+
+
+@torch.no_grad()
+def score_generate(model, prompt_ids, answer_ids, chunk=1024, device="cpu"):
+    """Greedy generation (SPEC §5, the other common mode): decode len(answer_ids) tokens.
+
+    Prefills prompt_ids in chunks, then decodes token by token through the KV cache.
+    Returns (correct, predicted_ids): correct if the greedy tokens equal answer_ids.
+    """
+    cache = model.new_cache()
+    logits = prefill(model, torch.tensor(prompt_ids, dtype=torch.long, device=device)[None], cache, chunk)
+    pred = [logits[0, -1].argmax().item()]
+    while len(pred) < len(answer_ids):  # feed each new token (not the last one) to predict the next
+        logits, _ = model(torch.tensor([pred[-1:]], device=device), cache=cache)  # (1, 1, V)
+        pred.append(logits[0, -1].argmax().item())
+    return pred == list(answer_ids), pred
+
+
+def run_passkey(model, tokenizer, lengths, depths=5, samples=2, seed=0, mode="teacher_forced",
+                chunk=1024, device="cpu", n_digits=5, progress=True, ctx=None):
+    """Passkey accuracy of `model` at each length × depth × sample (SPEC §5).
+
+    tokenizer: a data.tokenizer object or its name. lengths: target prompt + answer
+    lengths in tokens (each prompt is within one filler sentence below it); depths: a number of equidistant
+    depths or a list of depths in [0, 1]. The key of each (length, depth index, sample)
+    comes from a Random seeded by (seed, length, depth index, sample), so runs with the
+    same seed see the same prompts, whichever other lengths they include. Returns a list
+    of dicts (length, n_tokens, depth, sample, key, answer, predicted, correct); correct
+    is None (n/a) for pos='learned' past block_size. Raises ValueError for a length below
+    the template's minimum (the message states the minimum) or an unknown mode.
+    """
+    tokenizer = get_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
+    score = {"teacher_forced": score_teacher_forced, "generate": score_generate}.get(mode)
+    if score is None:
+        raise ValueError(f"unknown mode {mode!r}; valid: teacher_forced, generate")
+    min_len = passkey_min_length(tokenizer, n_digits)
+    if min(lengths) < min_len:
+        raise ValueError(f"passkey length {min(lengths)} is below the minimum {min_len} tokens of the prompt "
+                         f"template ({tokenizer.name} tokenizer, {n_digits}-digit key); use --lengths >= {min_len}")
+    depths = passkey_depths(depths) if isinstance(depths, int) else list(depths)
+    model.eval()
+    jobs = [(L, d, s) for L in lengths for d in range(len(depths)) for s in range(samples)]
+    results = []
+    bar = tqdm(total=sum(L for L, _, _ in jobs), desc="passkey", unit="tok", unit_scale=True, disable=not progress)
+    for L, d, s in jobs:
+        key = random_key(random.Random(f"{seed}:{L}:{d}:{s}"), n_digits)
+        prompt, answer = passkey_prompt(tokenizer, L, depths[d], key)
+        n = len(prompt) + len(answer)
+        correct, pred = None, None
+        if not (model.config.pos == "learned" and n - 1 > model.config.block_size):
+            with ctx or nullcontext():
+                correct, pred = score(model, prompt, answer, chunk=chunk, device=device)
+            pred = tokenizer.decode(pred)
+        results.append(dict(length=L, n_tokens=n, depth=depths[d], sample=s, key=key,
+                            answer=tokenizer.decode(answer), predicted=pred, correct=correct))
+        done = [r["correct"] for r in results if r["length"] == L and r["correct"] is not None]
+        bar.set_postfix(length=L, acc=f"{sum(done)}/{len(done)}")
+        bar.update(L)
+    bar.close()
+    return results
+
+
+def accuracy_table(results):
+    """{length: {depth: accuracy or None}} and {length: accuracy or None} (None: n/a)."""
+    def acc(rs):
+        ok = [r["correct"] for r in rs if r["correct"] is not None]
+        return sum(ok) / len(ok) if ok else None
+    lengths = sorted({r["length"] for r in results})
+    depths = sorted({r["depth"] for r in results})
+    by_ld = {L: {d: acc([r for r in results if r["length"] == L and r["depth"] == d]) for d in depths}
+             for L in lengths}
+    return by_ld, {L: acc([r for r in results if r["length"] == L]) for L in lengths}
+
+
+def format_table(results, block_size=None):
+    """Text table: one row per length, accuracy per depth and overall (n/a where not applicable)."""
+    by_ld, by_l = accuracy_table(results)
+    depths = sorted({r["depth"] for r in results})
+    fmt = lambda a: "   n/a" if a is None else f"{100 * a:5.0f}%"
+    lines = [f"{'length':>8} {'x':>6} | " + " ".join(f"d={d:<4.2f}" for d in depths) + " |    all"]
+    for L in by_ld:
+        mult = f"{L / block_size:g}x" if block_size else ""
+        lines.append(f"{L:>8} {mult:>6} | " + " ".join(f"{fmt(by_ld[L][d]):>6}" for d in depths)
+                     + f" | {fmt(by_l[L])}")
+    return "\n".join(lines)
+
+
+def plot_heatmap(results, path, title=None, block_size=None):
+    """Save a length × depth accuracy heatmap (the papers' figure) as a PNG at `path`; n/a cells grey.
+
+    With block_size, the length labels also show the multiple of it ("4096\n8x").
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    by_ld, _ = accuracy_table(results)
+    lengths, depths = list(by_ld), sorted({r["depth"] for r in results})
+    grid = np.array([[np.nan if by_ld[L][d] is None else 100 * by_ld[L][d] for L in lengths] for d in depths])
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.5 + 0.8 * len(lengths)), 1.5 + 0.45 * len(depths)))
+    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="lightgrey")
+    im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=100, aspect="auto")
+    for (r, c), a in np.ndenumerate(grid):
+        ax.text(c, r, "n/a" if np.isnan(a) else f"{a:.0f}", ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(lengths)), [f"{L}\n{L / block_size:g}x" if block_size else str(L) for L in lengths])
+    ax.set_yticks(range(len(depths)), [f"{d:.2f}" for d in depths])
+    ax.set_xlabel("prompt length (tokens)")
+    ax.set_ylabel("key depth")
+    ax.set_title(title or "passkey accuracy (%)", fontsize=10)
+    fig.colorbar(im, ax=ax, label="accuracy (%)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_results(results, path, meta=None):
+    """Write results to `path` (JSON: {"meta": meta, "results": [...]}), a CSV and a heatmap PNG beside it.
+
+    Returns (json_path, csv_path, png_path).
+    """
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    stem = os.path.splitext(path)[0]
+    with open(path, "w") as f:
+        json.dump({"meta": meta or {}, "results": results}, f, indent=1)
+    with open(stem + ".csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(results[0]))
+        w.writeheader()
+        w.writerows(results)
+    plot_heatmap(results, stem + ".png", (meta or {}).get("title"), (meta or {}).get("block_size"))
+    return path, stem + ".csv", stem + ".png"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ckpt", help="checkpoint path (default <out_dir>/ckpt.pt)")
+    p.add_argument("--out_dir", default="out", help="training output folder holding ckpt.pt")
+    p.add_argument("--lengths", default="1x,2x,4x,8x,16x,32x,64x", help="multiples of block_size (Nx) or token counts")
+    p.add_argument("--depths", type=int, default=5, help="number of equidistant key depths in [0, 1]")
+    p.add_argument("--samples", type=int, default=2, help="prompts (keys) per length and depth")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n_digits", type=int, default=5)
+    p.add_argument("--mode", choices=["teacher_forced", "generate"], default="teacher_forced")
+    p.add_argument("--chunk", type=int, default=1024, help="prefill chunk size (tokens)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                   help="autocast dtype on cuda (cpu runs float32)")
+    p.add_argument("--out", help="results JSON (default <ckpt dir>/passkey.json); CSV and PNG beside it")
+    args = p.parse_args(argv)
+
+    ckpt_path = args.ckpt or os.path.join(args.out_dir, "ckpt.pt")
+    model, ckpt = load_checkpoint(ckpt_path, args.device)
+    tokenizer = get_tokenizer(ckpt.get("tokenizer", "byte"))
+    block_size = model.config.block_size
+    use_amp = "cuda" in args.device and args.dtype != "float32"
+    ctx = torch.autocast("cuda", dtype=getattr(torch, args.dtype)) if use_amp else None
+    t0 = time.time()
+    try:
+        lengths = parse_lengths(args.lengths, block_size)
+        results = run_passkey(model, tokenizer, lengths, args.depths, args.samples, args.seed, args.mode,
+                              args.chunk, args.device, args.n_digits, ctx=ctx)
+    except ValueError as e:
+        p.error(str(e))
+    cfg = model.config
+    name = f"{cfg.pos}{'+ssmax' if cfg.ssmax else ''}"
+    print(f"\npasskey accuracy, {name}, {ckpt_path}, block_size {block_size}, mode {args.mode}, "
+          f"{args.samples} samples per cell, {time.time() - t0:.1f} s")
+    print(format_table(results, block_size))
+    meta = dict(ckpt=ckpt_path, pos=cfg.pos, ssmax=cfg.ssmax, block_size=block_size, tokenizer=tokenizer.name,
+                iter_num=ckpt.get("iter_num"), mode=args.mode, seed=args.seed, n_digits=args.n_digits,
+                title=f"passkey accuracy (%), {name}, block_size {block_size}")
+    paths = write_results(results, args.out or os.path.join(os.path.dirname(ckpt_path), "passkey.json"), meta)
+    print("wrote " + ", ".join(paths))
+
+
+if __name__ == "__main__":
+    main()

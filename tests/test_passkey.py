@@ -1,0 +1,178 @@
+"""passkey.py (SPEC §5): scoring against stub models whose answers are known, chunked
+prefill against a full forward, determinism, output files and the minimum length."""
+import json
+import os
+from dataclasses import asdict, dataclass
+
+import pytest
+import torch
+
+import passkey
+from data.passkey import passkey_min_length, passkey_prompt
+from data.tokenizer import get_tokenizer
+from model import GPT, GPTConfig
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models: one intra-op thread is as fast, and immune to an oversubscribed CPU."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@dataclass
+class StubConfig:
+    pos: str = "rope"
+    block_size: int = 64
+    vocab_size: int = 257
+
+
+class CopyStub(torch.nn.Module):
+    """An induction-head "model": predicts the token that followed the latest earlier
+    occurrence of the last n tokens (it finds the key by copying), with model.forward's
+    signature and a cache that holds the tokens seen. wrong=True adds 1 (mod 10) to
+    every digit it predicts, so it always names a wrong key."""
+
+    def __init__(self, vocab_size=257, n=8, wrong=False, digits=None):
+        super().__init__()
+        self.config = StubConfig(vocab_size=vocab_size)
+        self.n, self.wrong = n, wrong
+        self.digits = digits or {ord(str(d)): ord(str((d + 1) % 10)) for d in range(10)}
+
+    def new_cache(self):
+        return [[]]
+
+    def predict(self, hist, p):
+        suffix = hist[p - self.n + 1:p + 1]
+        for j in range(p - 1, self.n - 2, -1):
+            if hist[j - self.n + 1:j + 1] == suffix:
+                t = hist[j + 1]
+                return self.digits.get(t, t) if self.wrong else t
+        return 0
+
+    def forward(self, idx, targets=None, cache=None, keep_last=1):
+        hist = (cache[0] if cache is not None else []) + idx[0].tolist()
+        if cache is not None:
+            cache[0] = hist
+        T = idx.size(1)
+        k = T if keep_last is None else min(keep_last, T)
+        logits = torch.zeros(1, k, self.config.vocab_size)
+        for r, p in enumerate(range(len(hist) - k, len(hist))):
+            logits[0, r, self.predict(hist, p)] = 1.0
+        return logits, None
+
+
+@pytest.fixture(scope="module")
+def byte_tok():
+    return get_tokenizer("byte")
+
+
+@pytest.mark.parametrize("mode", ["teacher_forced", "generate"])
+def test_copy_stub_scores_all_and_wrong_digit_scores_none(byte_tok, mode):
+    m = passkey_min_length(byte_tok)
+    lengths = [m, m + 150, 700]
+    right = passkey.run_passkey(CopyStub(), byte_tok, lengths, depths=3, samples=2, mode=mode, chunk=50,
+                                progress=False)
+    assert len(right) == 3 * 3 * 2 and all(r["correct"] for r in right)
+    assert all(r["predicted"] == f" {r['key']}" for r in right)
+    wrong = passkey.run_passkey(CopyStub(wrong=True), byte_tok, lengths, depths=3, samples=2, mode=mode,
+                                chunk=50, progress=False)
+    assert not any(r["correct"] for r in wrong)
+    _, by_length = passkey.accuracy_table(right)
+    assert all(a == 1.0 for a in by_length.values())
+
+
+@pytest.mark.parametrize("mode", ["teacher_forced", "generate"])
+def test_multi_token_key_with_bpe(gpt2_tokenizer, mode):
+    prompt, answer = passkey_prompt(gpt2_tokenizer, 400, 0.3, 12345)
+    assert len(answer) > 1  # a BPE key spans several tokens: every one must be right
+    score = passkey.score_teacher_forced if mode == "teacher_forced" else passkey.score_generate
+    ok, pred = score(CopyStub(50257, n=4), prompt, answer, chunk=64)
+    assert ok and pred == answer
+    # wrong at the last answer token only: still wrong as a whole
+    other = next(t for t in (gpt2_tokenizer.encode(d)[0] for d in "0123456789") if t != answer[-1])
+    last = {answer[-1]: other}  # a single-digit token in place of the key's last token
+    ok, pred = score(CopyStub(50257, n=4, wrong=True, digits=last), prompt, answer, chunk=64)
+    assert not ok and pred[:-1] == answer[:-1]
+
+
+def tiny_gpt(pos="bam", ssmax=True, block_size=64):
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=block_size, vocab_size=257, n_layer=2, n_head=4, n_embd=32, pos=pos, ssmax=ssmax))
+    with torch.no_grad():  # a non-trivial prior and SSMax scale
+        for name, p in m.named_parameters():
+            if name.endswith("prior.shape"):
+                p.uniform_(0.3, 1.5)
+            if name.endswith("ssmax.scale"):
+                p.uniform_(0.5, 1.5)
+    return m.eval()
+
+
+@pytest.mark.parametrize("chunk", [7, 100, 1000])
+def test_chunked_prefill_matches_full_forward(byte_tok, chunk):
+    model = tiny_gpt()
+    prompt, answer = passkey_prompt(byte_tok, passkey_min_length(byte_tok) + 40, 0.5, 54321)
+    got = passkey.answer_logits(model, prompt, answer, chunk=chunk)  # (A, V)
+    with torch.no_grad():
+        full, _ = model(torch.tensor([prompt + answer]), keep_last=None)  # (1, T, V)
+    P, A = len(prompt), len(answer)
+    assert got.shape == (A, 257)
+    torch.testing.assert_close(got, full[0, P - 1:P + A - 1], rtol=1e-4, atol=1e-4)
+    ok, pred = passkey.score_teacher_forced(model, prompt, answer, chunk=chunk)
+    assert pred == full[0, P - 1:P + A - 1].argmax(-1).tolist() and ok == (pred == answer)
+    ok_g, pred_g = passkey.score_generate(model, prompt, answer, chunk=chunk)
+    with torch.no_grad():  # greedy by hand: full forward over the growing sequence
+        seq = list(prompt)
+        for _ in answer:
+            seq.append(model(torch.tensor([seq]))[0][0, -1].argmax().item())
+    assert pred_g == seq[P:]
+
+
+def test_determinism_and_output_files(byte_tok, tmp_path):
+    m = passkey_min_length(byte_tok)
+    a = passkey.run_passkey(CopyStub(), byte_tok, [m, 500], depths=2, samples=2, seed=3, progress=False)
+    b = passkey.run_passkey(CopyStub(), byte_tok, [m, 500], depths=2, samples=2, seed=3, progress=False)
+    c = passkey.run_passkey(CopyStub(), byte_tok, [500], depths=2, samples=2, seed=3, progress=False)
+    d = passkey.run_passkey(CopyStub(), byte_tok, [500], depths=2, samples=2, seed=4, progress=False)
+    assert a == b
+    assert [r["key"] for r in a if r["length"] == 500] == [r["key"] for r in c]  # same prompts, any length list
+    assert [r["key"] for r in c] != [r["key"] for r in d]
+    assert len({r["key"] for r in a}) > 1
+    paths = passkey.write_results(a, str(tmp_path / "pk.json"), {"title": "test"})
+    assert all(os.path.getsize(p) > 0 for p in paths)
+    assert json.load(open(paths[0]))["results"] == a
+    assert open(paths[1]).readline().strip() == "length,n_tokens,depth,sample,key,answer,predicted,correct"
+
+
+def test_below_minimum_length_is_rejected(byte_tok):
+    m = passkey_min_length(byte_tok)
+    with pytest.raises(ValueError, match=f"minimum {m}"):
+        passkey.run_passkey(CopyStub(), byte_tok, [m - 1, 500], progress=False)
+
+
+def save_ckpt(model, path):
+    torch.save({"model": model.state_dict(), "model_args": asdict(model.config), "iter_num": 0,
+                "best_val_loss": 0.0, "config": {"dataset": "none"}, "tokenizer": "byte"}, path)
+
+
+def test_cli(tmp_path, capsys):
+    save_ckpt(tiny_gpt(block_size=256), tmp_path / "ckpt.pt")
+    passkey.main(["--out_dir", str(tmp_path), "--lengths", "1x,300", "--depths", "2", "--samples", "1",
+                  "--chunk", "128", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert "1x" in out and "all" in out
+    res = json.load(open(tmp_path / "passkey.json"))
+    assert [r["length"] for r in res["results"]] == [256, 256, 300, 300]
+    assert (tmp_path / "passkey.png").stat().st_size > 0 and (tmp_path / "passkey.csv").is_file()
+    with pytest.raises(SystemExit):
+        passkey.main(["--out_dir", str(tmp_path), "--lengths", "100", "--device", "cpu"])
+    assert f"minimum {passkey_min_length(get_tokenizer('byte'))}" in capsys.readouterr().err
+
+
+def test_learned_past_block_size_is_na(byte_tok):
+    model = tiny_gpt(pos="learned", ssmax=False, block_size=256)
+    res = passkey.run_passkey(model, byte_tok, [256, 512], depths=1, samples=1, progress=False)
+    assert res[0]["correct"] is not None and res[1]["correct"] is None
+    assert "n/a" in passkey.format_table(res, 256)

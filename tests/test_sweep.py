@@ -1,0 +1,33 @@
+"""sweep.py --quick: the whole comparison end to end, both tables with one row per variant."""
+import json
+import os
+import subprocess
+import sys
+
+from sweep import VARIANTS, name_of, markdown_table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_quick_sweep_end_to_end(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "sweep.py", "--quick", f"--out_dir={tmp_path}"], cwd=ROOT,
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    md = (tmp_path / "results.md").read_text()
+    passkey_part, ppl_part = md.split("## Perplexity")
+    for part in (passkey_part, ppl_part):
+        rows = [line for line in part.splitlines() if line.startswith("| ") and not line.startswith("| variant")]
+        assert [row.split(" | ")[0][2:] for row in rows] == [name_of(*v) for v in VARIANTS]
+    assert "| learned | " in ppl_part and "n/a" in ppl_part.split("| learned | ")[1].splitlines()[0]
+    for png in ("passkey.png", "ppl.png", "bam_priors.png"):
+        assert (tmp_path / png).stat().st_size > 1000
+    data = json.loads((tmp_path / "sweep.json").read_text())
+    assert set(data["passkey"]) == {name_of(*v) for v in VARIANTS}
+    for values in data["passkey"].values():  # accuracies are fractions of the scored prompts
+        assert all(v is None or 0.0 <= v <= 1.0 for v in values)
+
+
+def test_markdown_table_formats():
+    table = markdown_table({"a": [1.0, None], "b": [0.5, 0.0]}, [1, 2], "acc")
+    assert table.splitlines() == ["| variant | 1x | 2x |", "|---|---|---|", "| a | 100% | n/a |", "| b | 50% | 0% |"]
