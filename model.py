@@ -29,7 +29,6 @@ from attention_tapa import TAPA_PHASES, tapa_attention_ref, tapa_split
 
 POS_VARIANTS = ("nope", "sinusoidal", "learned", "rope", "alibi", "bam", "tapa")
 ATTN_IMPLS = ("torch", "triton")
-SDPA_ALIBI_MAX_T = 2048  # alibi uses SDPA with an additive (H, T, T) mask up to this T, chunks beyond
 
 
 @dataclass
@@ -140,25 +139,19 @@ class CausalSelfAttention(nn.Module):
         T, Tk = q.shape[2], k.shape[2]
         if cfg.attn_impl == "triton" and cfg.pos in ("bam", "tapa"):
             return self.attend_triton(q, k, v, t0, s)
-        if cfg.pos == "bam":
-            p = self.prior
-            return reference_attention(q, k, v, t0, ssmax_scale=s, dropout_p=dropout_p,
-                                       bias_fn=p.forward)
         if cfg.pos == "tapa":
             return tapa_attention_ref(q, k, v, cfg.tapa_theta, cfg.tapa_alpha, cfg.tapa_phase, t0,
                                       ssmax_scale=s, dropout_p=dropout_p)
-        alibi = (lambda qp, kp: alibi_bias(qp, kp, self.slopes)) if cfg.pos == "alibi" else None
-        if s is not None:  # SSMax scales q·k/√D only; ALiBi's bias is added after (SPEC §2)
-            return reference_attention(q, k, v, t0, bias_fn=alibi, ssmax_scale=s,
-                                       bias_in_ssmax=False, dropout_p=dropout_p)
-        if T == Tk and alibi is None:  # plain causal: SDPA's flash / memory-efficient kernels
+        if cfg.pos not in ("alibi", "bam") and s is None and T == Tk:  # plain causal: SDPA's fused kernels
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-        if alibi is not None and Tk <= SDPA_ALIBI_MAX_T:  # additive mask, lower-right causal
-            q_pos = torch.arange(t0, t0 + T, device=q.device)
-            k_pos = torch.arange(Tk, device=q.device)
-            mask = alibi(q_pos, k_pos).masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=dropout_p)
-        return reference_attention(q, k, v, t0, bias_fn=alibi, dropout_p=dropout_p)
+        bias_fn = None
+        if cfg.pos == "bam":
+            bias_fn = self.prior
+        elif cfg.pos == "alibi":
+            bias_fn = lambda q_pos, k_pos: alibi_bias(q_pos, k_pos, self.slopes)  # noqa: E731
+        # SSMax scales (q·k/√D + b) for BAM, only q·k/√D for ALiBi and the others (SPEC §2)
+        return reference_attention(q, k, v, t0, bias_fn=bias_fn, ssmax_scale=s,
+                                   bias_in_ssmax=cfg.pos == "bam", dropout_p=dropout_p)
 
     def attend_triton(self, q, k, v, t0, ssmax_scale):
         """The fused kernels of kernels.py (CUDA, or CPU under TRITON_INTERPRET=1)."""

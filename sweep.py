@@ -91,7 +91,7 @@ def plot_lines(table, lengths, ylabel, path, logy=False):
 
 
 def plot_priors(models, block_size, path):
-    """The learned GGD-BAM priors b(d) = −c·(d + ε)^β against distance d, one panel per BAM model, one line per head."""
+    """The learned GGD-BAM penalties −b(d) = c·(d + ε)^β against distance d (log-log), one panel per BAM model, one line per head."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -101,15 +101,15 @@ def plot_priors(models, block_size, path):
         for layer, block in enumerate(model.transformer.h):
             p = block.attn.prior
             for h in range(len(p.shape)):
-                b = -torch.exp(p.log_scale[h]) * (d + 1e-5).pow(p.shape[h])
-                ax.plot(d, b.detach(), color=f"C{layer}", alpha=0.8,
+                penalty = torch.exp(p.log_scale[h]) * (d + 1e-5).pow(p.shape[h])
+                ax.plot(d, penalty.detach(), color=f"C{layer}", alpha=0.8,
                         label=f"layer {layer}" if h == 0 else None)
         ax.set_xscale("log")
-        ax.set_yscale("symlog")
+        ax.set_yscale("log")
         ax.axvline(block_size, color="k", lw=0.8, ls=":")
         ax.set_title(f"{name}: learned prior per head")
         ax.set_xlabel("distance i − j (tokens); dotted: training length")
-        ax.set_ylabel("bias b(d)")
+        ax.set_ylabel("penalty −b(d) = c·(d + ε)^β")
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

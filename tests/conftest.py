@@ -14,6 +14,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 
+# kernels.py runs on CPU tensors under the Triton interpreter; it must be set before triton is imported
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 if (SHARED / "tiktoken_cache").is_dir():
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED / "tiktoken_cache"))
 

@@ -1,0 +1,218 @@
+"""
+Speed and memory of the fused attention kernels (kernels.py) against the baselines.
+
+    python3 bench.py                                   # T = 1k..64k, D = 64 and 128, bf16
+    python3 bench.py --seqlens 1024 8192 --head-dims 64 --out docs/bench.md
+    python3 bench.py --smoke                           # one tiny size; on CPU under TRITON_INTERPRET=1
+
+Methods, all causal: sdpa_flash (F.scaled_dot_product_attention, flash backend: the baseline),
+bam and bam_ssmax (kernels.bam_attention, SPEC §1/§2), tapa (kernels.tapa_attention, SPEC §3),
+flex_bam and flex_bam_ssmax (torch.compile'd FlexAttention with the GGD bias as a score_mod
+over the captured learnable (H,) tensors, and a causal block mask), and ref_bam
+(attention_bam.bam_attention_ref with one chunk, i.e. the fully materialized T×T attention,
+shown as OOM when it does not fit). TAPA has no FlexAttention version: a score_mod only sees
+the full q·k score, and TAPA needs the amplitude and phase half dot products separately.
+
+Shapes follow the FlashAttention-2 benchmarks: 16k tokens per batch (B = max(1, 16384 // T))
+and model width 2048 (H = 2048 // D), so B·H = 512 at T = 1k, D = 64, and B = 1 from T = 16k on.
+Times are medians of triton.testing.do_bench (ms); the forward is timed under torch.no_grad().
+"×sdpa" is the time over sdpa_flash's in the same run. Peak memory: torch.cuda.max_memory_allocated
+during one fwd+bwd call minus the memory allocated before it (inputs not counted), in MiB.
+Rows are printed as they are measured, so a run cut short still leaves a partial table.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+METHODS = ["sdpa_flash", "bam", "bam_ssmax", "tapa", "flex_bam", "flex_bam_ssmax", "ref_bam"]
+SMOKE_METHODS = ["bam", "bam_ssmax", "tapa", "ref_bam"]  # our kernels and the reference
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seqlens", type=int, nargs="+", default=[1024 * 2 ** i for i in range(7)],
+                   help="sequence lengths T (default 1024 .. 65536)")
+    p.add_argument("--head-dims", type=int, nargs="+", default=[64, 128], help="head dims D")
+    p.add_argument("--methods", nargs="+", default=None, choices=METHODS, help="subset of methods (default: all)")
+    p.add_argument("--tokens", type=int, default=16384, help="B = max(1, tokens // T)")
+    p.add_argument("--width", type=int, default=2048, help="H = width // D")
+    p.add_argument("--out", default=None, help="also write the report (markdown) to this file")
+    p.add_argument("--smoke", action="store_true", help="one tiny size, to check that the script runs (CPU ok)")
+    return p.parse_args()
+
+
+def make_methods(names, H, T, device):
+    """name -> (fn(q, k, v) -> out, its learnable (H,) tensors), for the requested methods."""
+    import torch
+    import torch.nn.functional as F
+
+    import kernels
+    from attention_bam import GGD_EPS, alibi_slopes, bam_attention_ref
+
+    log_scale = torch.log(alibi_slopes(H)).to(device).requires_grad_()  # ALiBi init, β = 1 (SPEC §1)
+    shape = torch.ones(H, device=device, requires_grad=True)
+    ssmax = torch.ones(H, device=device, requires_grad=True)
+    methods = {}
+    if "sdpa_flash" in names:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def sdpa(q, k, v):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        methods["sdpa_flash"] = (sdpa, [])
+    methods["bam"] = (lambda q, k, v: kernels.bam_attention(q, k, v, log_scale, shape), [log_scale, shape])
+    methods["bam_ssmax"] = (lambda q, k, v: kernels.bam_attention(q, k, v, log_scale, shape, ssmax_scale=ssmax),
+                            [log_scale, shape, ssmax])
+    methods["tapa"] = (kernels.tapa_attention, [])
+    if "flex_bam" in names or "flex_bam_ssmax" in names:
+        import torch._dynamo
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        torch._dynamo.config.recompile_limit = 64  # one compile per shape and grad mode; 8 would fall back to eager
+        flex = torch.compile(flex_attention)
+        block_mask = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, None, None, T, T, device=device)
+
+        def ggd(h, q_idx, kv_idx):  # b = −c·(|Δ| + ε)^β, loc = 0
+            dist = (kv_idx - q_idx).abs().to(torch.float32) + GGD_EPS
+            return -torch.exp(log_scale[h]) * torch.pow(dist, shape[h])
+
+        def bam_mod(score, b, h, q_idx, kv_idx):  # score = q·k/√D
+            return score + ggd(h, q_idx, kv_idx)
+
+        def bam_ssmax_mod(score, b, h, q_idx, kv_idx):
+            return ssmax[h] * torch.log((q_idx + 1).to(torch.float32)) * (score + ggd(h, q_idx, kv_idx))
+        methods["flex_bam"] = (lambda q, k, v: flex(q, k, v, score_mod=bam_mod, block_mask=block_mask),
+                               [log_scale, shape])
+        methods["flex_bam_ssmax"] = (lambda q, k, v: flex(q, k, v, score_mod=bam_ssmax_mod, block_mask=block_mask),
+                                     [log_scale, shape, ssmax])
+    methods["ref_bam"] = (lambda q, k, v: bam_attention_ref(q, k, v, log_scale, shape, chunk_size=T),
+                          [log_scale, shape])
+    return {n: methods[n] for n in names}
+
+
+def time_ms(fn, cuda, grad_to_none=None):
+    """Median time of fn() in ms: do_bench on a GPU, a few wall-clock runs on CPU (smoke only)."""
+    if cuda:
+        import triton.testing
+        return triton.testing.do_bench(fn, grad_to_none=grad_to_none, return_mode="median")
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def peak_mib(fn, cuda):
+    """Extra memory (MiB) allocated at the peak of one fn() call; None on CPU."""
+    import torch
+    if not cuda:
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2 ** 20
+
+
+def measure(fn, params, q, k, v, cuda, skip):
+    """[fwd ms, fwd+bwd ms, fwd+bwd peak MiB] of one method; "OOM" where it ran out of memory,
+    or where it did at a shorter T (skip holds "fwd"/"bwd" then)."""
+    import torch
+    dout = torch.randn_like(q)
+    leaves = [q, k, v] + params
+
+    def fwd():
+        with torch.no_grad():
+            return fn(q, k, v)
+
+    def fwd_bwd():
+        fn(q, k, v).backward(dout)
+
+    res = []
+    for kind, run in (("fwd", fwd), ("bwd", fwd_bwd)):
+        if kind in skip:
+            res += ["OOM"] * (1 if kind == "fwd" else 2)
+            continue
+        try:
+            run()  # compile / warm up
+            for t in leaves:
+                t.grad = None
+            mem = peak_mib(run, cuda) if kind == "bwd" else None
+            res += [time_ms(run, cuda, grad_to_none=leaves)] + ([mem] if kind == "bwd" else [])
+        except torch.cuda.OutOfMemoryError:
+            skip.add(kind)
+            res += ["OOM"] * (1 if kind == "fwd" else 2)
+        if cuda:
+            torch.cuda.empty_cache()
+    return res
+
+
+def fmt(x, spec):
+    return "-" if x is None else (x if isinstance(x, str) else format(x, spec))
+
+
+def main():
+    args = parse_args()
+    import torch
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.smoke:
+        sys.exit("bench.py needs a CUDA GPU (none found). Run `python3 bench.py --smoke` to check the script on CPU.")
+    if args.smoke and not cuda:
+        os.environ["TRITON_INTERPRET"] = "1"  # before kernels/triton are imported
+    import triton
+    device = "cuda" if cuda else "cpu"
+    seqlens, head_dims, names, dtype = args.seqlens, args.head_dims, args.methods or METHODS, torch.bfloat16
+    if args.smoke:  # tiny: T = 40 (not a multiple of the tiles), D = 16, B = 1, H = 2
+        seqlens, head_dims = [40], [16]
+        if not cuda:  # the interpreter computes bf16 in fp32 anyway; our kernels and the reference only
+            names, dtype = [n for n in names if n in SMOKE_METHODS], torch.float32
+
+    header = ["# Attention kernels benchmark", "",
+              f"- device: {torch.cuda.get_device_name() if cuda else 'CPU (TRITON_INTERPRET=1, smoke test)'}",
+              f"- torch {torch.__version__}, triton {triton.__version__}, {str(dtype).replace('torch.', '')}, causal",
+              f"- command: `{os.path.basename(sys.executable)} {' '.join(sys.argv)}`",
+              "- shapes: B=1, H=2" if args.smoke else f"- shapes: B = max(1, {args.tokens} // T), H = {args.width} // D",
+              "- times: median ms; ×sdpa: time / sdpa_flash time; peak: extra MiB allocated during one fwd+bwd", "",
+              "| T | D | B×H | method | fwd ms | fwd ×sdpa | fwd+bwd ms | fwd+bwd ×sdpa | peak MiB |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    print("\n".join(header), flush=True)
+    rows, t_start = [], time.time()
+    for D in head_dims:
+        skip = {n: set() for n in names}  # measurements that ran out of memory at a shorter T
+        for T in seqlens:
+            B, H = (1, 2) if args.smoke else (max(1, args.tokens // T), max(1, args.width // D))
+            g = torch.Generator(device=device).manual_seed(0)
+            q, k, v = (torch.randn(B, H, T, D, device=device, generator=g, dtype=dtype).requires_grad_()
+                       for _ in range(3))
+            base = None
+            for name, (fn, params) in make_methods(names, H, T, device).items():
+                try:
+                    res = measure(fn, params, q, k, v, cuda, skip[name])
+                except Exception as e:  # report and go on: one failing baseline should not stop the table
+                    res = [f"error: {type(e).__name__}"] * 3
+                    print(f"{name} T={T} D={D}: {type(e).__name__}: {e}", file=sys.stderr)
+                if name == "sdpa_flash":
+                    base = res
+                ratio = [res[i] / base[i] if base and isinstance(res[i], float) and isinstance(base[i], float)
+                         else None for i in (0, 1)]
+                row = (f"| {T} | {D} | {B}×{H} | {name} | {fmt(res[0], '.3f')} | {fmt(ratio[0], '.2f')} | "
+                       f"{fmt(res[1], '.3f')} | {fmt(ratio[1], '.2f')} | {fmt(res[2], '.0f')} |")
+                rows.append(row)
+                print(row, flush=True)
+            del q, k, v
+    footer = f"\n(total {time.time() - t_start:.0f} s)"
+    print(footer)
+    if args.out:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as f:
+            f.write("\n".join(header + rows) + "\n" + footer + "\n")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,529 @@
+"""
+Fused Triton attention kernels for GGD-BAM (+SSMax) and TAPA, FlashAttention-2 style.
+
+    bam_attention   SPEC §1 (GGD prior b_h(i, j)) and §2 (SSMax factor f_i)
+    tapa_attention  SPEC §3 (quadratic phase, Eq. 12 of the TAPA paper)
+
+The oracles are bam_attention_ref (attention_bam.py) and tapa_attention_ref
+(attention_tapa.py); tests/test_kernels.py compares outputs and gradients.
+
+Tiling. One forward program owns BLOCK_M query rows of one (batch, head) and
+walks over key tiles of BLOCK_N keys with an online softmax (running max m,
+running sum l, fp32 accumulator), so no T×T tensor ever exists. The positional
+terms (the GGD bias, the TAPA phase weight) are computed per tile from the
+absolute positions i = q_offset + row and j = key. Key tiles that lie wholly
+past the tile's last query (beyond the causal diagonal) are never visited.
+The forward saves the log-sum-exp per row (base 2: the softmax runs on exp2).
+
+The backward recomputes P tile by tile. Program pid of the backward grid does
+two jobs, as in the Triton fused-attention tutorial: (1) dk, dv for key tile pid,
+looping over the query tiles that see it; (2) dq for query tile pid, looping over
+the key tiles it sees (plus, for BAM, the per-head parameter gradients). Causal
+work of (1) shrinks with pid while (2) grows, so programs are balanced. No atomics:
+the per-head sums are written as partial sums into a (3, B·H, programs) buffer,
+one slot per program, and summed by torch, so every gradient is deterministic.
+
+On CPU the kernels run under the Triton interpreter (TRITON_INTERPRET=1 set before
+this module is imported), with 16×16 tiles so that the tests exercise the tails.
+"""
+
+import math
+import os
+
+import torch
+
+from attention_bam import GGD_EPS
+from attention_tapa import tapa_split
+
+try:
+    import triton
+    import triton.language as tl
+    HAS_TRITON = True
+except ImportError:  # keep the module importable; the wrappers raise a clear error
+    import types
+    HAS_TRITON = False
+    triton = types.SimpleNamespace(jit=lambda fn: fn, cdiv=lambda a, b: -(-a // b))
+    tl = types.SimpleNamespace(constexpr=lambda value=None: value)
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+HEAD_DIMS = (16, 32, 64, 128)
+LOG2E = tl.constexpr(1.4426950408889634)  # the softmax runs on exp2: exp(z) = exp2(z·log2 e)
+LN2 = tl.constexpr(0.6931471805599453)
+TWO_PI = tl.constexpr(6.283185307179586)
+
+
+def _launch_kwargs(q):
+    """Tile sizes and launch options for q's dtype: (forward kwargs, backward kwargs).
+
+    fp16/bf16 on a GPU: 128×64 forward tiles, (32, 128, 128, 32) backward tiles, 8 warps, 3 stages,
+    for every head dim. Compiled for sm_90 (ptxas -v, no GPU run yet) this spills no registers,
+    except the TAPA backward at D = 128 (< 1 KB), and takes at most 172 KiB of shared memory.
+    fp32: exact ("ieee", not TF32) dots, which need small tiles to fit in registers; this path is
+    for checks, not speed. The interpreter gets 16×16 tiles (tl.dot's minimum) so that small
+    tests cover tile tails.
+    """
+    if INTERPRET:
+        (bm, bn), (bm1, bn1, bm2, bn2), warps, stages = (16, 16), (16, 16, 16, 16), 1, 1
+    elif q.dtype == torch.float32:
+        (bm, bn), (bm1, bn1, bm2, bn2), warps, stages = (32, 32), (16, 32, 32, 16), 4, 2
+    else:
+        (bm, bn), (bm1, bn1, bm2, bn2), warps, stages = (128, 64), (32, 128, 128, 32), 8, 3
+    common = dict(num_warps=warps, num_stages=stages, DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32")
+    return (dict(BLOCK_M=bm, BLOCK_N=bn, **common),
+            dict(BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2, **common))
+
+
+# ----------------------------------------------------------------------------- shared helpers
+
+@triton.jit
+def _tile(rows, n_rows, ROW_LEN: tl.constexpr, COL0: tl.constexpr, N_COLS: tl.constexpr, WIDTH: tl.constexpr):
+    """Offsets and mask of a (len(rows), WIDTH) tile of a row-major (n_rows, ROW_LEN) matrix,
+    columns COL0 .. COL0+N_COLS−1 (WIDTH >= N_COLS is a power of 2; the padding is masked)."""
+    cols = tl.arange(0, WIDTH)
+    offs = rows[:, None] * ROW_LEN + COL0 + cols[None, :]
+    mask = rows[:, None] < n_rows
+    if N_COLS < WIDTH:
+        mask = mask & (cols[None, :] < N_COLS)
+    return offs, mask
+
+
+@triton.jit
+def _load(ptr, rows, n_rows, ROW_LEN: tl.constexpr, COL0: tl.constexpr, N_COLS: tl.constexpr, WIDTH: tl.constexpr):
+    """The tile of _tile, loaded with zeros in the padding."""
+    offs, mask = _tile(rows, n_rows, ROW_LEN, COL0, N_COLS, WIDTH)
+    return tl.load(ptr + offs, mask=mask, other=0.0)
+
+
+@triton.jit
+def _store(ptr, x, rows, n_rows, ROW_LEN: tl.constexpr, COL0: tl.constexpr, N_COLS: tl.constexpr,
+           WIDTH: tl.constexpr):
+    """Store the tile x (fp32) into the rows/columns of _tile, cast to ptr's dtype."""
+    offs, mask = _tile(rows, n_rows, ROW_LEN, COL0, N_COLS, WIDTH)
+    tl.store(ptr + offs, x.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _bam_logits(x, y, delta, f2, c, beta, mu, sm_scale, eps, DOT_PREC: tl.constexpr):
+    """One tile of GGD-BAM logits, rows x against rows y: q against k, or k against q for a
+    transposed tile, with delta = j − i and f2 = f·log2 e broadcast the same way.
+    Returns z = f2·(s + b) (logits in log2 units), s = x·yᵀ/√D, the bias b = −c·(|Δ − μ| + ε)^β
+    computed as exp2(β·log2(|Δ − μ| + ε)), and log2(|Δ − μ| + ε) (for d/dβ)."""
+    s = tl.dot(x, tl.trans(y), input_precision=DOT_PREC) * sm_scale
+    log2_dist = tl.log2(tl.abs(delta.to(tl.float32) - mu) + eps)
+    b = -c * tl.exp2(beta * log2_dist)
+    return f2 * (s + b), s, b, log2_dist
+
+
+@triton.jit
+def _tapa_terms(xa, xp, ya, yp, dist, amp_scale, ph_scale, alpha, w_diag, DOT_PREC: tl.constexpr):
+    """One tile of TAPA terms, rows (xa | xp) against rows (ya | yp) (q against k, or k against q),
+    dist = |i − j| in the same orientation. Returns the amplitude a = xa·yaᵀ/√d_amp, the weight
+    w = 2π·dist^α (w_diag at dist = 0) and the angle w·φ, φ = xp·ypᵀ/√(D − d_amp); score = a·cos(w·φ)."""
+    amp = tl.dot(xa, tl.trans(ya), input_precision=DOT_PREC) * amp_scale
+    phi = tl.dot(xp, tl.trans(yp), input_precision=DOT_PREC) * ph_scale
+    dist_pow = tl.exp2(alpha * tl.log2(tl.maximum(dist, 1).to(tl.float32)))  # dist^α, as exp2(α·log2 dist)
+    w = tl.where(dist == 0, w_diag, TWO_PI * dist_pow)
+    return amp, w, w * phi
+
+
+@triton.jit
+def _bwd_preprocess(O, DO, DELTA, n_rows, D: tl.constexpr, BLOCK: tl.constexpr):
+    """DELTA[r] = rowsum(dO ∘ O)[r] in fp32, for O, dO viewed as (n_rows, D)."""
+    rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    o = _load(O, rows, n_rows, D, 0, D, D).to(tl.float32)
+    do = _load(DO, rows, n_rows, D, 0, D, D).to(tl.float32)
+    tl.store(DELTA + rows, tl.sum(o * do, 1), mask=rows < n_rows)
+
+
+# ----------------------------------------------------------------------------- GGD-BAM kernels
+
+@triton.jit
+def _bam_fwd(Q, K, V, O, LSE, PRM, q_offset, Tq, Tk, H, sm_scale, eps, HAS_SSMAX: tl.constexpr,
+             D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr):
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1).to(tl.int64)
+    h = bh % H  # PRM is (4, H): c = exp(log_scale), β, μ, s
+    c, beta, mu, s = tl.load(PRM + h), tl.load(PRM + H + h), tl.load(PRM + 2 * H + h), tl.load(PRM + 3 * H + h)
+    Q, O, LSE, K, V = Q + bh * Tq * D, O + bh * Tq * D, LSE + bh * Tq, K + bh * Tk * D, V + bh * Tk * D
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    pos_i = q_offset + offs_m  # absolute query positions, (BLOCK_M,)
+    q = _load(Q, offs_m, Tq, D, 0, D, D)  # (BLOCK_M, D)
+    f = tl.full([BLOCK_M], 1.0, tl.float32)
+    if HAS_SSMAX:
+        f = s * tl.log((pos_i + 1).to(tl.float32))  # SSMax factor s·log(i + 1)
+    f2 = f * LOG2E
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max (log2 units)
+    l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(z − m_i)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    hi = tl.minimum(q_offset + start_m + BLOCK_M, Tk)  # keys from hi on are masked for every row here
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k = _load(K, offs_n, Tk, D, 0, D, D)  # (BLOCK_N, D)
+        v = _load(V, offs_n, Tk, D, 0, D, D)
+        z, _, _, _ = _bam_logits(q, k, offs_n[None, :] - pos_i[:, None], f2[:, None], c, beta, mu, sm_scale, eps,
+                                 DOT_PREC)  # (BLOCK_M, BLOCK_N)
+        z = tl.where(offs_n[None, :] <= pos_i[:, None], z, float("-inf"))  # causal (also masks j >= Tk)
+        m_new = tl.maximum(m_i, tl.max(z, 1))  # finite: key 0 is in the first tile of every row
+        p = tl.exp2(z - m_new[:, None])
+        rescale = tl.exp2(m_i - m_new)
+        l_i = l_i * rescale + tl.sum(p, 1)
+        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+        m_i = m_new
+    _store(O, acc / l_i[:, None], offs_m, Tq, D, 0, D, D)
+    tl.store(LSE + offs_m, m_i + tl.log2(l_i), mask=offs_m < Tq)
+
+
+@triton.jit
+def _bam_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, PRM, DPRM, q_offset, Tq, Tk, H, sm_scale, eps,
+             HAS_SSMAX: tl.constexpr, D: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
+             BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, DOT_PREC: tl.constexpr):
+    # z = f·(s + b), dS = dL/dz = P∘(dP − rowsum(dO∘O)): dq = (dS·f)/√D @ k, dk = (dS·f)ᵀ/√D @ q,
+    # dlog_scale = Σ dS·f·b, dshape = Σ dS·f·b·ln(dist), dssmax = Σ dS·log(i+1)·(s + b)
+    pid = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    h = bh % H
+    c, beta, mu, s = tl.load(PRM + h), tl.load(PRM + H + h), tl.load(PRM + 2 * H + h), tl.load(PRM + 3 * H + h)
+    Q, DO, DQ, LSE, DELTA = Q + bh * Tq * D, DO + bh * Tq * D, DQ + bh * Tq * D, LSE + bh * Tq, DELTA + bh * Tq
+    K, V, DK, DV = K + bh * Tk * D, V + bh * Tk * D, DK + bh * Tk * D, DV + bh * Tk * D
+
+    # (1) dk, dv for keys start_n .. start_n+BLOCK_N1−1; tiles here are transposed, (keys, queries)
+    start_n = pid * BLOCK_N1
+    if start_n < Tk:
+        offs_n = start_n + tl.arange(0, BLOCK_N1)
+        k = _load(K, offs_n, Tk, D, 0, D, D)  # (BLOCK_N1, D)
+        v = _load(V, offs_n, Tk, D, 0, D, D)
+        dk = tl.zeros([BLOCK_N1, D], tl.float32)
+        dv = tl.zeros([BLOCK_N1, D], tl.float32)
+        lo = tl.maximum(start_n - q_offset, 0) // BLOCK_M1 * BLOCK_M1  # first query tile that sees key start_n
+        for start_m in range(lo, Tq, BLOCK_M1):
+            offs_m = start_m + tl.arange(0, BLOCK_M1)
+            pos_i = q_offset + offs_m
+            q = _load(Q, offs_m, Tq, D, 0, D, D)  # (BLOCK_M1, D)
+            do = _load(DO, offs_m, Tq, D, 0, D, D)
+            lse = tl.load(LSE + offs_m, mask=offs_m < Tq, other=0.0)
+            Di = tl.load(DELTA + offs_m, mask=offs_m < Tq, other=0.0)
+            f = tl.full([BLOCK_M1], 1.0, tl.float32)
+            if HAS_SSMAX:
+                f = s * tl.log((pos_i + 1).to(tl.float32))
+            zT, _, _, _ = _bam_logits(k, q, offs_n[:, None] - pos_i[None, :], f[None, :] * LOG2E, c, beta, mu,
+                                      sm_scale, eps, DOT_PREC)  # (BLOCK_N1, BLOCK_M1)
+            maskT = (offs_n[:, None] <= pos_i[None, :]) & (offs_m[None, :] < Tq)
+            pT = tl.exp2(tl.where(maskT, zT - lse[None, :], float("-inf")))
+            dv += tl.dot(pT.to(do.dtype), do, input_precision=DOT_PREC)
+            dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
+            # dS; query 0 sees one key, so its dS is exactly 0 (left to rounding, it would be
+            # amplified by the huge diagonal bias −c·ε^β of a β < 0 head in the per-head sums)
+            dsT = tl.where(pos_i[None, :] > 0, pT * (dpT - Di[None, :]), 0.0)
+            dk += tl.dot((dsT * f[None, :]).to(q.dtype), q, input_precision=DOT_PREC)
+        _store(DK, dk * sm_scale, offs_n, Tk, D, 0, D, D)
+        _store(DV, dv, offs_n, Tk, D, 0, D, D)
+
+    # (2) dq for queries start_m .. start_m+BLOCK_M2−1, and this tile's share of the per-head sums
+    start_m = pid * BLOCK_M2
+    if start_m < Tq:
+        offs_m = start_m + tl.arange(0, BLOCK_M2)
+        pos_i = q_offset + offs_m
+        row_ok = offs_m < Tq
+        q = _load(Q, offs_m, Tq, D, 0, D, D)  # (BLOCK_M2, D)
+        do = _load(DO, offs_m, Tq, D, 0, D, D)
+        lse = tl.load(LSE + offs_m, mask=row_ok, other=0.0)
+        Di = tl.load(DELTA + offs_m, mask=row_ok, other=0.0)
+        log_n = tl.log((pos_i + 1).to(tl.float32))
+        f = tl.full([BLOCK_M2], 1.0, tl.float32)
+        if HAS_SSMAX:
+            f = s * log_n
+        dq = tl.zeros([BLOCK_M2, D], tl.float32)
+        g_b = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j dS·b            → dlog_scale = Σ_i f_i·g_b
+        g_bl = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j dS·b·log2(dist) → dshape = ln 2·Σ_i f_i·g_bl
+        g_z = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j dS·(s + b)      → dssmax = Σ_i log(i+1)·g_z
+        hi = tl.minimum(q_offset + start_m + BLOCK_M2, Tk)
+        for start_n in range(0, hi, BLOCK_N2):
+            offs_n = start_n + tl.arange(0, BLOCK_N2)
+            k = _load(K, offs_n, Tk, D, 0, D, D)  # (BLOCK_N2, D)
+            v = _load(V, offs_n, Tk, D, 0, D, D)
+            z, qk, b, log2_dist = _bam_logits(q, k, offs_n[None, :] - pos_i[:, None], f[:, None] * LOG2E, c, beta,
+                                              mu, sm_scale, eps, DOT_PREC)  # (BLOCK_M2, BLOCK_N2)
+            mask = (offs_n[None, :] <= pos_i[:, None]) & row_ok[:, None]
+            p = tl.exp2(tl.where(mask, z - lse[:, None], float("-inf")))
+            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
+            ds = tl.where(pos_i[:, None] > 0, p * (dp - Di[:, None]), 0.0)  # see (1) for query 0
+            dq += tl.dot((ds * f[:, None]).to(k.dtype), k, input_precision=DOT_PREC)
+            g_b += tl.sum(ds * b, 1)
+            g_bl += tl.sum(ds * b * log2_dist, 1)
+            if HAS_SSMAX:
+                g_z += tl.sum(ds * (qk + b), 1)
+        _store(DQ, dq * sm_scale, offs_m, Tq, D, 0, D, D)
+        slot = DPRM + bh * tl.num_programs(0) + pid  # DPRM is (3, B·H, programs), zero-filled
+        n_slots = tl.num_programs(1) * tl.num_programs(0)
+        tl.store(slot, tl.sum(f * g_b, 0))
+        tl.store(slot + n_slots, tl.sum(f * g_bl, 0) * LN2)
+        tl.store(slot + 2 * n_slots, tl.sum(tl.where(row_ok, log_n * g_z, 0.0), 0))
+
+
+# ----------------------------------------------------------------------------- TAPA kernels
+# q and k are loaded as two tiles each: the amplitude part (dims 0 .. D_AMP−1, zero padded to
+# DA columns) and the phase part (dims D_AMP .. D−1, padded to DP); v and dO as one D-wide tile.
+
+@triton.jit
+def _tapa_fwd(Q, K, V, O, LSE, q_offset, Tq, Tk, amp_scale, ph_scale, alpha, w_diag, D: tl.constexpr,
+              D_AMP: tl.constexpr, DA: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr):
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1).to(tl.int64)
+    Q, O, LSE, K, V = Q + bh * Tq * D, O + bh * Tq * D, LSE + bh * Tq, K + bh * Tk * D, V + bh * Tk * D
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    pos_i = q_offset + offs_m
+    q_a = _load(Q, offs_m, Tq, D, 0, D_AMP, DA)  # (BLOCK_M, DA)
+    q_p = _load(Q, offs_m, Tq, D, D_AMP, D - D_AMP, DP)  # (BLOCK_M, DP)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    hi = tl.minimum(q_offset + start_m + BLOCK_M, Tk)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k_a = _load(K, offs_n, Tk, D, 0, D_AMP, DA)
+        k_p = _load(K, offs_n, Tk, D, D_AMP, D - D_AMP, DP)
+        v = _load(V, offs_n, Tk, D, 0, D, D)
+        amp, _, angle = _tapa_terms(q_a, q_p, k_a, k_p, pos_i[:, None] - offs_n[None, :], amp_scale, ph_scale,
+                                    alpha, w_diag, DOT_PREC)  # (BLOCK_M, BLOCK_N)
+        z = tl.where(offs_n[None, :] <= pos_i[:, None], amp * tl.cos(angle) * LOG2E, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(z, 1))
+        p = tl.exp2(z - m_new[:, None])
+        rescale = tl.exp2(m_i - m_new)
+        l_i = l_i * rescale + tl.sum(p, 1)
+        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+        m_i = m_new
+    _store(O, acc / l_i[:, None], offs_m, Tq, D, 0, D, D)
+    tl.store(LSE + offs_m, m_i + tl.log2(l_i), mask=offs_m < Tq)
+
+
+@triton.jit
+def _tapa_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, q_offset, Tq, Tk, amp_scale, ph_scale, alpha, w_diag,
+              D: tl.constexpr, D_AMP: tl.constexpr, DA: tl.constexpr, DP: tl.constexpr, BLOCK_M1: tl.constexpr,
+              BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, DOT_PREC: tl.constexpr):
+    # score = a·cos(wφ): dscore/da = cos(wφ), dscore/dφ = −a·w·sin(wφ); a and φ are scaled dot products
+    pid = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    Q, DO, DQ, LSE, DELTA = Q + bh * Tq * D, DO + bh * Tq * D, DQ + bh * Tq * D, LSE + bh * Tq, DELTA + bh * Tq
+    K, V, DK, DV = K + bh * Tk * D, V + bh * Tk * D, DK + bh * Tk * D, DV + bh * Tk * D
+
+    # (1) dk (both parts) and dv for key tile pid; tiles are transposed, (keys, queries)
+    start_n = pid * BLOCK_N1
+    if start_n < Tk:
+        offs_n = start_n + tl.arange(0, BLOCK_N1)
+        k_a = _load(K, offs_n, Tk, D, 0, D_AMP, DA)
+        k_p = _load(K, offs_n, Tk, D, D_AMP, D - D_AMP, DP)
+        v = _load(V, offs_n, Tk, D, 0, D, D)
+        dk_a = tl.zeros([BLOCK_N1, DA], tl.float32)
+        dk_p = tl.zeros([BLOCK_N1, DP], tl.float32)
+        dv = tl.zeros([BLOCK_N1, D], tl.float32)
+        lo = tl.maximum(start_n - q_offset, 0) // BLOCK_M1 * BLOCK_M1
+        for start_m in range(lo, Tq, BLOCK_M1):
+            offs_m = start_m + tl.arange(0, BLOCK_M1)
+            pos_i = q_offset + offs_m
+            q_a = _load(Q, offs_m, Tq, D, 0, D_AMP, DA)
+            q_p = _load(Q, offs_m, Tq, D, D_AMP, D - D_AMP, DP)
+            do = _load(DO, offs_m, Tq, D, 0, D, D)
+            lse = tl.load(LSE + offs_m, mask=offs_m < Tq, other=0.0)
+            Di = tl.load(DELTA + offs_m, mask=offs_m < Tq, other=0.0)
+            ampT, wT, angleT = _tapa_terms(k_a, k_p, q_a, q_p, pos_i[None, :] - offs_n[:, None], amp_scale, ph_scale,
+                                           alpha, w_diag, DOT_PREC)  # (BLOCK_N1, BLOCK_M1)
+            cosT = tl.cos(angleT)
+            maskT = (offs_n[:, None] <= pos_i[None, :]) & (offs_m[None, :] < Tq)
+            pT = tl.exp2(tl.where(maskT, ampT * cosT * LOG2E - lse[None, :], float("-inf")))
+            dv += tl.dot(pT.to(do.dtype), do, input_precision=DOT_PREC)
+            dsT = pT * (tl.dot(v, tl.trans(do), input_precision=DOT_PREC) - Di[None, :])
+            dk_a += tl.dot((dsT * cosT * amp_scale).to(q_a.dtype), q_a, input_precision=DOT_PREC)
+            dk_p += tl.dot((-dsT * ampT * wT * tl.sin(angleT) * ph_scale).to(q_p.dtype), q_p, input_precision=DOT_PREC)
+        _store(DK, dk_a, offs_n, Tk, D, 0, D_AMP, DA)
+        _store(DK, dk_p, offs_n, Tk, D, D_AMP, D - D_AMP, DP)
+        _store(DV, dv, offs_n, Tk, D, 0, D, D)
+
+    # (2) dq (both parts) for query tile pid
+    start_m = pid * BLOCK_M2
+    if start_m < Tq:
+        offs_m = start_m + tl.arange(0, BLOCK_M2)
+        pos_i = q_offset + offs_m
+        row_ok = offs_m < Tq
+        q_a = _load(Q, offs_m, Tq, D, 0, D_AMP, DA)
+        q_p = _load(Q, offs_m, Tq, D, D_AMP, D - D_AMP, DP)
+        do = _load(DO, offs_m, Tq, D, 0, D, D)
+        lse = tl.load(LSE + offs_m, mask=row_ok, other=0.0)
+        Di = tl.load(DELTA + offs_m, mask=row_ok, other=0.0)
+        dq_a = tl.zeros([BLOCK_M2, DA], tl.float32)
+        dq_p = tl.zeros([BLOCK_M2, DP], tl.float32)
+        hi = tl.minimum(q_offset + start_m + BLOCK_M2, Tk)
+        for start_n in range(0, hi, BLOCK_N2):
+            offs_n = start_n + tl.arange(0, BLOCK_N2)
+            k_a = _load(K, offs_n, Tk, D, 0, D_AMP, DA)
+            k_p = _load(K, offs_n, Tk, D, D_AMP, D - D_AMP, DP)
+            v = _load(V, offs_n, Tk, D, 0, D, D)
+            amp, w, angle = _tapa_terms(q_a, q_p, k_a, k_p, pos_i[:, None] - offs_n[None, :], amp_scale, ph_scale,
+                                        alpha, w_diag, DOT_PREC)  # (BLOCK_M2, BLOCK_N2)
+            cos = tl.cos(angle)
+            mask = (offs_n[None, :] <= pos_i[:, None]) & row_ok[:, None]
+            p = tl.exp2(tl.where(mask, amp * cos * LOG2E - lse[:, None], float("-inf")))
+            ds = p * (tl.dot(do, tl.trans(v), input_precision=DOT_PREC) - Di[:, None])
+            dq_a += tl.dot((ds * cos * amp_scale).to(k_a.dtype), k_a, input_precision=DOT_PREC)
+            dq_p += tl.dot((-ds * amp * w * tl.sin(angle) * ph_scale).to(k_p.dtype), k_p, input_precision=DOT_PREC)
+        _store(DQ, dq_a, offs_m, Tq, D, 0, D_AMP, DA)
+        _store(DQ, dq_p, offs_m, Tq, D, D_AMP, D - D_AMP, DP)
+
+
+# ----------------------------------------------------------------------------- checks and autograd
+
+def _check_inputs(q, k, v, q_offset, params=()):
+    """Validate q, k, v (and the (H,) per-head tensors in params: (name, tensor) pairs)."""
+    if not HAS_TRITON:
+        raise ImportError("kernels.py needs triton: pip install triton (Linux + CUDA), or use attn_impl='torch'")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k, v must be (B, H, T, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    B, H, Tq, D = q.shape
+    if k.shape != v.shape or k.shape[:2] != (B, H) or k.shape[3] != D:
+        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; "
+                         f"need q (B, H, Tq, D) and k, v both (B, H, Tk, D)")
+    if D not in HEAD_DIMS:
+        raise ValueError(f"head dim {D} is not supported by the Triton kernels (supported: {HEAD_DIMS}); "
+                         f"change n_embd/n_head, or use attn_impl='torch'")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"q, k, v must share one dtype among float32/float16/bfloat16; "
+                         f"got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not isinstance(q_offset, int) or q_offset < 0 or k.shape[2] < q_offset + Tq:
+        raise ValueError(f"need an int q_offset >= 0 with Tk >= q_offset + Tq; got q_offset={q_offset}, "
+                         f"Tq={Tq}, Tk={k.shape[2]}")
+    for name, p in params:
+        if p.shape != (H,):
+            raise ValueError(f"{name} must have shape (H,) = ({H},), got {tuple(p.shape)}")
+    devices = {t.device for t in (q, k, v)} | {p.device for _, p in params}
+    if len(devices) > 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}; "
+                         f"move them with .to(q.device)")
+    if q.device.type != "cuda" and not INTERPRET:
+        raise RuntimeError(f"the Triton kernels need CUDA tensors, got {q.device}: set TRITON_INTERPRET=1 to run "
+                           f"the kernels on CPU, or use attn_impl='torch' (set it before kernels is imported)")
+
+
+def _row_sums(o, do):
+    """rowsum(dO ∘ O) in fp32, (B·H·Tq,): the Δ of the FlashAttention backward."""
+    n_rows, D = o.numel() // o.shape[-1], o.shape[-1]
+    delta = torch.empty(n_rows, device=o.device, dtype=torch.float32)
+    _bwd_preprocess[(triton.cdiv(n_rows, 64),)](o, do, delta, n_rows, D=D, BLOCK=64)
+    return delta
+
+
+class _BAMAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, log_scale, shape, mu, ssmax_scale, q_offset):
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        (B, H, Tq, D), Tk = q.shape, k.shape[2]
+        s = ssmax_scale if ssmax_scale is not None else torch.ones_like(shape)
+        prm = torch.stack([log_scale.exp(), shape, mu, s]).float().contiguous()  # (4, H): c, β, μ, s
+        o = torch.empty_like(q)
+        lse = torch.empty(B * H, Tq, device=q.device, dtype=torch.float32)  # log2-sum-exp2 per row
+        fwd, _ = _launch_kwargs(q)
+        _bam_fwd[(triton.cdiv(Tq, fwd["BLOCK_M"]), B * H)](
+            q, k, v, o, lse, prm, q_offset, Tq, Tk, H, 1.0 / math.sqrt(D), GGD_EPS,
+            HAS_SSMAX=ssmax_scale is not None, D=D, **fwd)
+        ctx.save_for_backward(q, k, v, o, lse, prm)
+        ctx.q_offset, ctx.has_ssmax = q_offset, ssmax_scale is not None
+        ctx.dtypes = (log_scale.dtype, shape.dtype, s.dtype)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse, prm = ctx.saved_tensors
+        (B, H, Tq, D), Tk = q.shape, k.shape[2]
+        _, bwd = _launch_kwargs(q)
+        n_prog = max(triton.cdiv(Tk, bwd["BLOCK_N1"]), triton.cdiv(Tq, bwd["BLOCK_M2"]))
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dprm = torch.zeros(3, B * H, n_prog, device=q.device, dtype=torch.float32)  # per-program partial sums
+        do = do.contiguous()
+        _bam_bwd[(n_prog, B * H)](
+            q, k, v, do, dq, dk, dv, lse, _row_sums(o, do), prm, dprm, ctx.q_offset, Tq, Tk, H,
+            1.0 / math.sqrt(D), GGD_EPS, HAS_SSMAX=ctx.has_ssmax, D=D, **bwd)
+        d_log_scale, d_shape, d_ssmax = dprm.view(3, B, H, n_prog).sum(dim=(1, 3))  # deterministic order
+        d_ssmax = d_ssmax.to(ctx.dtypes[2]) if ctx.has_ssmax else None
+        return dq, dk, dv, d_log_scale.to(ctx.dtypes[0]), d_shape.to(ctx.dtypes[1]), None, d_ssmax, None
+
+
+class _TAPAAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, d_amp, alpha, q_offset):
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        (B, H, Tq, D), Tk = q.shape, k.shape[2]
+        o = torch.empty_like(q)
+        lse = torch.empty(B * H, Tq, device=q.device, dtype=torch.float32)
+        w_diag = 2 * math.pi if alpha == 0 else 0.0  # w = 2π·|i − j|^α at i = j (0^0 = 1)
+        ctx.args = (q_offset, Tq, Tk, 1.0 / math.sqrt(d_amp), 1.0 / math.sqrt(D - d_amp), alpha, w_diag)
+        ctx.dims = dict(D=D, D_AMP=d_amp, DA=max(16, triton.next_power_of_2(d_amp)),
+                        DP=max(16, triton.next_power_of_2(D - d_amp)))
+        fwd, _ = _launch_kwargs(q)
+        _tapa_fwd[(triton.cdiv(Tq, fwd["BLOCK_M"]), B * H)](q, k, v, o, lse, *ctx.args, **ctx.dims, **fwd)
+        ctx.save_for_backward(q, k, v, o, lse)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        (B, H, Tq, D), Tk = q.shape, k.shape[2]
+        _, bwd = _launch_kwargs(q)
+        n_prog = max(triton.cdiv(Tk, bwd["BLOCK_N1"]), triton.cdiv(Tq, bwd["BLOCK_M2"]))
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        do = do.contiguous()
+        _tapa_bwd[(n_prog, B * H)](q, k, v, do, dq, dk, dv, lse, _row_sums(o, do), *ctx.args, **ctx.dims, **bwd)
+        return dq, dk, dv, None, None, None
+
+
+# ----------------------------------------------------------------------------- public API
+
+def bam_attention(q, k, v, log_scale, shape, loc=None, ssmax_scale=None, q_offset=0):
+    """GGD-BAM attention (SPEC §1), optionally with SSMax (SPEC §2), as a fused Triton kernel.
+
+    q: (B, H, Tq, D) at absolute positions q_offset .. q_offset+Tq−1; k, v: (B, H, Tk, D) at
+    positions 0 .. Tk−1; causal (key j seen by query i iff j <= i; lower-right aligned when
+    q_offset = Tk − Tq). log_scale, shape, loc, ssmax_scale: (H,) tensors (loc, ssmax_scale optional).
+    Logits z_ij = f_i·(q·k/√D + b_h(i, j)), b_h = −exp(log_scale_h)·(|j − i − μ_h| + 1e-5)^shape_h,
+    μ_h = exp(loc_h) − exp(−loc_h), f_i = ssmax_scale_h·log(i + 1) (or 1 without SSMax); softmax
+    in fp32. D in {16, 32, 64, 128}; fp32/fp16/bf16. Returns (B, H, Tq, D) in q's dtype.
+
+    Differentiable in q, k, v, log_scale, shape and ssmax_scale, not in loc (a frozen buffer in
+    SPEC §1; a loc that requires grad is refused). The per-head gradients are deterministic:
+    partial sums per program, summed by torch (no atomics). Must equal
+    attention_bam.bam_attention_ref. Under TRITON_INTERPRET=1, bf16 inputs are computed in fp32.
+    Raises ValueError for an unsupported head dim, mismatched shapes/dtypes/devices, a parameter
+    not of shape (H,), Tk < q_offset + Tq or a loc requiring grad; RuntimeError for CPU tensors
+    without TRITON_INTERPRET=1; ImportError without triton.
+    """
+    params = [("log_scale", log_scale), ("shape", shape)]
+    params += [(n, p) for n, p in (("loc", loc), ("ssmax_scale", ssmax_scale)) if p is not None]
+    _check_inputs(q, k, v, q_offset, params)
+    if loc is not None and loc.requires_grad and torch.is_grad_enabled():
+        raise ValueError("bam_attention does not differentiate loc (a frozen buffer, SPEC §1): pass loc.detach(), "
+                         "or use attention_bam.bam_attention_ref")
+    if INTERPRET and q.dtype == torch.bfloat16:  # the interpreter's tl.dot garbles bf16 (triton 3.9): use fp32
+        return bam_attention(q.float(), k.float(), v.float(), log_scale, shape, loc, ssmax_scale, q_offset).bfloat16()
+    mu = (torch.exp(loc) - torch.exp(-loc)).detach() if loc is not None else torch.zeros_like(shape).detach()
+    return _BAMAttention.apply(q, k, v, log_scale, shape, mu, ssmax_scale, q_offset)
+
+
+def tapa_attention(q, k, v, theta=0.5, alpha=0.1, q_offset=0):
+    """TAPA attention (SPEC §3, quadratic phase) as a fused Triton kernel.
+
+    q: (B, H, Tq, D) at positions q_offset.., k, v: (B, H, Tk, D); causal as in bam_attention.
+    score_ij = (q_A·k_A/√d_amp)·cos(2π·|i − j|^alpha·q_P·k_P/√(D − d_amp)), d_amp = round(theta·D)
+    (attention_tapa.tapa_split: the first d_amp dims are the amplitude part), then a causal fp32
+    softmax on the score (no extra 1/√D). Returns (B, H, Tq, D) in q's dtype; differentiable in
+    q, k, v. Must equal attention_tapa.tapa_attention_ref(phase="quadratic").
+    Raises ValueError for an unsupported head dim, a theta leaving an empty part, alpha < 0,
+    mismatched shapes/dtypes/devices or Tk < q_offset + Tq; RuntimeError for CPU tensors without
+    TRITON_INTERPRET=1; ImportError without triton.
+    """
+    _check_inputs(q, k, v, q_offset)
+    if alpha < 0:
+        raise ValueError(f"tapa alpha must be >= 0 (|i − j|^alpha is infinite at i = j otherwise), got {alpha}")
+    if INTERPRET and q.dtype == torch.bfloat16:  # as in bam_attention
+        return tapa_attention(q.float(), k.float(), v.float(), theta, alpha, q_offset).bfloat16()
+    return _TAPAAttention.apply(q, k, v, tapa_split(q.shape[-1], theta), float(alpha), q_offset)

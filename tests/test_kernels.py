@@ -1,0 +1,332 @@
+"""
+kernels.py (fused Triton GGD-BAM / TAPA attention) against the PyTorch references
+bam_attention_ref and tapa_attention_ref: outputs and every gradient.
+
+The kernels run on CPU tensors through the Triton interpreter (TRITON_INTERPRET=1,
+set below before triton is imported), with 16×16 tiles, so T = 37 covers partial
+tiles; one test also runs the GPU tile sizes under the interpreter. On a CUDA machine,
+`TRITON_INTERPRET=0 python3 -m pytest tests/test_kernels.py` runs the same checks on the
+compiled kernels and CUDA tensors instead.
+
+Tolerances: max|kernel − ref| <= rtol · max|ref| per tensor, with rtol = 1e-4 for
+fp32 and 3e-2 for fp16/bf16 inputs (compared against the fp32 reference run on the
+same rounded inputs).
+"""
+import os
+import sys
+
+ON_GPU = os.environ.get("TRITON_INTERPRET") == "0"  # opt-in: compiled kernels on CUDA tensors
+# the interpreter only works if it is on when triton is first imported (triton's own helpers are @jit too)
+TRITON_IMPORTED_TOO_EARLY = not ON_GPU and "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
+if not ON_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton/kernels are imported: kernels then run on CPU tensors
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+CI = os.environ.get("CI") == "true"
+try:
+    import triton  # noqa: F401
+except ImportError:
+    if CI:
+        raise ImportError("triton is required under CI=true (pip install triton)")
+    pytest.skip("triton is not installed (pip install triton); the fused kernels cannot be tested",
+                allow_module_level=True)
+for problem, reason in [(TRITON_IMPORTED_TOO_EARLY, "triton was imported (by conftest.py or another test module) before "
+                         "this module set TRITON_INTERPRET=1, so the kernels cannot run on CPU: set TRITON_INTERPRET=1 "
+                         "in tests/conftest.py when there is no GPU, or run this file alone"),
+                        (ON_GPU and not torch.cuda.is_available(), "TRITON_INTERPRET=0 needs a CUDA GPU")]:
+    if problem:
+        if CI:
+            raise RuntimeError(reason)
+        pytest.skip(reason, allow_module_level=True)
+
+import kernels
+from attention_bam import bam_attention_ref
+from attention_tapa import tapa_attention_ref
+
+DEVICE = "cuda" if ON_GPU else "cpu"
+ROOT = Path(__file__).resolve().parent.parent
+RTOL = {torch.float32: 1e-4, torch.float16: 3e-2, torch.bfloat16: 3e-2}
+
+
+def assert_close(actual, expected, rtol, what):
+    err = (actual.float() - expected.float()).abs().max().item()
+    scale = expected.float().abs().max().item()
+    assert err <= rtol * max(scale, 1e-6), f"{what}: max abs err {err:.3g} > {rtol:g} · max|ref| {scale:.3g}"
+
+
+def make_qkv(B, H, Tq, Tk, D, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, T, D, generator=g).to(DEVICE, dtype).requires_grad_() for T in (Tq, Tk, Tk))
+    return q, k, v
+
+
+def bam_params(H, shape, ssmax, seed=1):
+    """Per-head prior parameters with non-trivial values: c in [0.1, 0.5], β near `shape`, s near 1."""
+    g = torch.Generator().manual_seed(seed)
+    log_scale = torch.log(0.1 + 0.4 * torch.rand(H, generator=g)).to(DEVICE).requires_grad_()
+    shape = (shape + 0.05 * torch.randn(H, generator=g)).to(DEVICE).requires_grad_()
+    ssmax_scale = (0.7 + 0.6 * torch.rand(H, generator=g)).to(DEVICE).requires_grad_() if ssmax else None
+    return log_scale, shape, ssmax_scale
+
+
+def check_against_ref(fn, ref_fn, inputs, rtol):
+    """Forward output and the gradients of every tensor in `inputs` that requires grad."""
+    out = fn(*inputs)
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).to(out.device)
+    ref_inputs = [x.detach().float().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) and x.dim() == 4
+                  else x for x in inputs]
+    ref = ref_fn(*ref_inputs)
+    assert out.dtype == inputs[0].dtype and out.shape == ref.shape
+    assert_close(out, ref, rtol, "output")
+    wrt = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
+    grads = torch.autograd.grad(out, [inputs[i] for i in wrt], grad_out.to(out.dtype))
+    ref_grads = torch.autograd.grad(ref, [ref_inputs[i] for i in wrt], grad_out)
+    for i, g, rg in zip(wrt, grads, ref_grads):
+        assert g.shape == rg.shape
+        assert_close(g, rg, rtol, f"grad of input {i}")
+
+
+# ----------------------------------------------------------------------------- GGD-BAM
+
+@pytest.mark.parametrize("D", [16, 64])
+@pytest.mark.parametrize("ssmax", [False, True])
+@pytest.mark.parametrize("shape", [-0.5, 0.5, 1.0, 2.0])
+def test_bam_matches_reference(shape, ssmax, D):
+    q, k, v = make_qkv(2, 2, 37, 37, D)  # 37: not a multiple of the 16-wide tiles
+    log_scale, shape_t, ssmax_scale = bam_params(2, shape, ssmax)
+
+    def fn(q, k, v, ls, sh, ss):
+        return kernels.bam_attention(q, k, v, ls, sh, ssmax_scale=ss)
+
+    def ref(q, k, v, ls, sh, ss):
+        return bam_attention_ref(q, k, v, ls, sh, ssmax_scale=ss, chunk_size=16)
+    check_against_ref(fn, ref, [q, k, v, log_scale, shape_t, ssmax_scale], RTOL[torch.float32])
+
+
+@pytest.mark.parametrize("Tq,Tk,q_offset", [(5, 29, 24), (5, 29, 10), (1, 29, 28), (20, 40, 0)])
+def test_bam_q_offset_and_loc(Tq, Tk, q_offset):
+    q, k, v = make_qkv(1, 2, Tq, Tk, 32)
+    log_scale, shape, ssmax_scale = bam_params(2, 0.7, ssmax=True)
+    loc = torch.tensor([0.3, -0.2], device=DEVICE)  # μ ≈ ±0.6: off-integer centre; loc itself gets no gradient
+
+    def fn(q, k, v, ls, sh, ss):
+        return kernels.bam_attention(q, k, v, ls, sh, loc=loc, ssmax_scale=ss, q_offset=q_offset)
+
+    def ref(q, k, v, ls, sh, ss):
+        return bam_attention_ref(q, k, v, ls, sh, loc=loc, ssmax_scale=ss, q_offset=q_offset, chunk_size=8)
+    check_against_ref(fn, ref, [q, k, v, log_scale, shape, ssmax_scale], RTOL[torch.float32])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_bam_low_precision(dtype):
+    # bf16 runs in fp32 under the interpreter (its tl.dot garbles bf16); fp16 exercises the kernels' casts
+    q, k, v = make_qkv(1, 2, 37, 37, 64, dtype=dtype)
+    log_scale, shape, ssmax_scale = bam_params(2, 0.5, ssmax=True)
+
+    def fn(q, k, v, ls, sh, ss):
+        return kernels.bam_attention(q, k, v, ls, sh, ssmax_scale=ss)
+
+    def ref(q, k, v, ls, sh, ss):
+        return bam_attention_ref(q, k, v, ls, sh, ssmax_scale=ss)
+    check_against_ref(fn, ref, [q, k, v, log_scale, shape, ssmax_scale], RTOL[dtype])
+
+
+def test_bam_non_contiguous_inputs():
+    # model.py-style (B, T, H, D) tensors transposed to (B, H, T, D)
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 21, 2, 16, generator=g).to(DEVICE).transpose(1, 2).requires_grad_() for _ in range(3))
+    log_scale, shape, _ = bam_params(2, 1.0, ssmax=False)
+    check_against_ref(lambda *a: kernels.bam_attention(*a), lambda *a: bam_attention_ref(*a),
+                      [q, k, v, log_scale, shape], RTOL[torch.float32])
+
+
+# ----------------------------------------------------------------------------- TAPA
+
+@pytest.mark.parametrize("D", [16, 64])
+@pytest.mark.parametrize("theta,alpha", [(0.5, 0.1), (0.3, 0.5)])
+def test_tapa_matches_reference(theta, alpha, D):
+    q, k, v = make_qkv(2, 2, 37, 37, D)
+    check_against_ref(lambda q, k, v: kernels.tapa_attention(q, k, v, theta=theta, alpha=alpha),
+                      lambda q, k, v: tapa_attention_ref(q, k, v, theta=theta, alpha=alpha, chunk_size=16),
+                      [q, k, v], RTOL[torch.float32])
+
+
+@pytest.mark.parametrize("Tq,Tk,q_offset", [(5, 29, 24), (5, 29, 10), (1, 29, 28)])
+def test_tapa_q_offset(Tq, Tk, q_offset):
+    q, k, v = make_qkv(1, 2, Tq, Tk, 32)
+    check_against_ref(lambda q, k, v: kernels.tapa_attention(q, k, v, q_offset=q_offset),
+                      lambda q, k, v: tapa_attention_ref(q, k, v, q_offset=q_offset, chunk_size=8),
+                      [q, k, v], RTOL[torch.float32])
+
+
+def test_tapa_low_precision():
+    q, k, v = make_qkv(1, 2, 37, 37, 64, dtype=torch.float16)
+    check_against_ref(lambda q, k, v: kernels.tapa_attention(q, k, v),
+                      lambda q, k, v: tapa_attention_ref(q, k, v), [q, k, v], RTOL[torch.float16])
+
+
+def test_tapa_honours_theta_and_alpha():
+    q, k, v = make_qkv(1, 2, 37, 37, 32)
+    with torch.no_grad():
+        base = kernels.tapa_attention(q, k, v)
+        for theta, alpha in [(0.5, 0.5), (0.25, 0.1), (0.5, 0.0)]:
+            out = kernels.tapa_attention(q, k, v, theta=theta, alpha=alpha)
+            assert (out - base).abs().max() > 1e-3, f"theta={theta}, alpha={alpha} gave the default output"
+            assert_close(out, tapa_attention_ref(q, k, v, theta=theta, alpha=alpha), 1e-4, f"theta={theta}")
+
+
+# ----------------------------------------------------------------------------- GPU tiles, errors, bench
+
+@pytest.mark.parametrize("D,gpu_dtype", [(64, torch.bfloat16), (128, torch.bfloat16), (64, torch.float32)])
+def test_gpu_tile_sizes_under_interpreter(D, gpu_dtype, monkeypatch):
+    """The GPU tile table (large, unequal tiles) with tails and a q_offset, on CPU."""
+    if ON_GPU:
+        pytest.skip("interpreter only: on a GPU every test runs the GPU tiles")
+    monkeypatch.setattr(kernels, "INTERPRET", False)
+    gpu_kwargs = kernels._launch_kwargs(torch.empty(1, 1, 1, D, dtype=gpu_dtype))
+    monkeypatch.setattr(kernels, "INTERPRET", True)
+    monkeypatch.setattr(kernels, "_launch_kwargs", lambda q: gpu_kwargs)
+    for Tq, Tk, q_offset in [(150, 150, 0), (70, 200, 100)]:
+        q, k, v = make_qkv(1, 1, Tq, Tk, D)
+        log_scale, shape, ssmax_scale = bam_params(1, 0.5, ssmax=True)
+        check_against_ref(
+            lambda q, k, v, ls, sh, ss: kernels.bam_attention(q, k, v, ls, sh, ssmax_scale=ss, q_offset=q_offset),
+            lambda q, k, v, ls, sh, ss: bam_attention_ref(q, k, v, ls, sh, ssmax_scale=ss, q_offset=q_offset),
+            [q, k, v, log_scale, shape, ssmax_scale], RTOL[torch.float32])
+        check_against_ref(lambda q, k, v: kernels.tapa_attention(q, k, v, q_offset=q_offset),
+                          lambda q, k, v: tapa_attention_ref(q, k, v, q_offset=q_offset),
+                          [q, k, v], 2e-4)  # cos(w·φ) amplifies rounding of φ by w ≈ 2π·T^0.1
+
+
+def _bam(q, k, v, H=2, **kw):
+    return kernels.bam_attention(q, k, v, torch.zeros(H, device=q.device), torch.ones(H, device=q.device), **kw)
+
+
+@pytest.mark.parametrize("make_call,error,match", [
+    (lambda: _bam(*make_qkv(1, 2, 8, 8, 48)), ValueError, "head dim 48"),
+    (lambda: kernels.tapa_attention(*make_qkv(1, 2, 8, 8, 8)), ValueError, "head dim 8"),
+    (lambda: _bam(*make_qkv(1, 2, 8, 8, 16)[:2], torch.randn(1, 2, 9, 16, device=DEVICE)), ValueError, "shape mismatch"),
+    (lambda: _bam(make_qkv(1, 2, 8, 8, 16)[0], *make_qkv(1, 2, 8, 8, 32)[1:]), ValueError, "shape mismatch"),
+    (lambda: _bam(*make_qkv(1, 2, 8, 8, 16), q_offset=1), ValueError, "Tk >= q_offset"),
+    (lambda: _bam(*make_qkv(1, 2, 8, 8, 16), H=3), ValueError, r"shape \(H,\)"),
+    (lambda: kernels.bam_attention(*make_qkv(1, 2, 8, 8, 16), torch.zeros(2, device="meta"), torch.ones(2, device=DEVICE)),
+     ValueError, "one device"),
+    (lambda: _bam(*make_qkv(1, 2, 8, 8, 16), loc=torch.zeros(2, device=DEVICE, requires_grad=True)), ValueError, "loc"),
+    (lambda: kernels.tapa_attention(*make_qkv(1, 2, 8, 8, 16), theta=0.99), ValueError, "theta"),
+    (lambda: kernels.tapa_attention(*make_qkv(1, 2, 8, 8, 16), alpha=-1.0), ValueError, "alpha"),
+])
+def test_errors(make_call, error, match):
+    with pytest.raises(error, match=match):
+        make_call()
+
+
+def test_error_cpu_without_interpreter(monkeypatch):
+    monkeypatch.setattr(kernels, "INTERPRET", False)
+    q, k, v = (x.detach().cpu() for x in make_qkv(1, 2, 8, 8, 16))
+    expected = "set TRITON_INTERPRET=1 to run the kernels on CPU, or use attn_impl='torch'"
+    with pytest.raises(RuntimeError, match=expected):
+        _bam(q, k, v)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        kernels.tapa_attention(q, k, v)
+
+
+def test_error_without_triton(monkeypatch):
+    monkeypatch.setattr(kernels, "HAS_TRITON", False)
+    with pytest.raises(ImportError, match="pip install triton"):
+        _bam(*make_qkv(1, 2, 8, 8, 16))
+
+
+def test_bench_smoke():
+    """bench.py --smoke runs one tiny size (on CPU: under the interpreter) through the benchmark's code path."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # bench.py decides
+    t0 = time.time()
+    res = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--smoke", "--methods", "sdpa_flash", "bam",
+                          "bam_ssmax", "tapa", "ref_bam"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "| bam |" in res.stdout and "| tapa |" in res.stdout and "error" not in res.stdout, res.stdout
+    assert time.time() - t0 < 180
+
+
+COMPILE_FOR_SM90 = r"""
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import kernels
+fwd, bwd = kernels._launch_kwargs(torch.empty(1, 1, 1, 64, dtype=torch.bfloat16))
+tapa = dict(D=64, D_AMP=32, DA=32, DP=32)
+bam = dict(HAS_SSMAX=True, D=64)
+for fn, consts, kw in [(kernels._bam_fwd, bam, fwd), (kernels._bam_bwd, bam, bwd),
+                       (kernels._tapa_fwd, tapa, fwd), (kernels._tapa_bwd, tapa, bwd)]:
+    consts = dict(consts, **{k: v for k, v in kw.items() if not k.startswith("num_")})
+    sig = {n: "constexpr" if n in consts else "i32" if n in ("q_offset", "Tq", "Tk", "H") else
+           ("*fp32" if n in ("LSE", "DELTA", "PRM", "DPRM") else "*bf16") if n[0].isupper() else "fp32"
+           for n in fn.arg_names}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n][0] == "*"}
+    k = triton.compile(ASTSource(fn, sig, consts, aligned), target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=kw["num_warps"], num_stages=kw["num_stages"]))
+    assert k.metadata.shared <= 227 * 1024, (fn.__name__, k.metadata.shared)
+    print(fn.__name__, "shared", k.metadata.shared)
+"""
+
+
+def test_kernels_compile_for_sm90():
+    """The interpreter does not compile: build the bf16, D = 64 kernels for an H100 (sm_90) on the CPU."""
+    try:
+        import triton.backends.nvidia.compiler  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f"triton has no NVIDIA backend here: {e}")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    res = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+
+
+# ---------------------------------------------------------------- wired into the model
+
+@pytest.mark.parametrize("pos,ssmax", [("bam", True), ("bam", False), ("tapa", False)])
+def test_model_triton_impl_matches_torch_impl(pos, ssmax):
+    """attn_impl='triton' gives the logits and gradients of attn_impl='torch', also with the KV cache."""
+    from model import GPT, GPTConfig
+    if ON_GPU:
+        pytest.skip("CPU wiring check")
+    args = dict(block_size=16, vocab_size=37, n_layer=2, n_head=2, n_embd=32, pos=pos, ssmax=ssmax)
+    torch.manual_seed(0)
+    ref = GPT(GPTConfig(**args))
+    fused = GPT(GPTConfig(**args, attn_impl="triton"))
+    fused.load_state_dict(ref.state_dict())
+    x = torch.randint(0, 37, (1, 21))  # past block_size
+    la, loss_a = ref(x, x)
+    lb, loss_b = fused(x, x)
+    assert torch.allclose(la, lb, atol=1e-4)
+    loss_a.backward()
+    loss_b.backward()
+    for (name, pa), (_, pb) in zip(ref.named_parameters(), fused.named_parameters()):
+        assert torch.allclose(pa.grad, pb.grad, atol=1e-4, rtol=1e-3), name
+    cache = fused.new_cache()
+    fused(x[:, :13], cache=cache)
+    step, _ = fused(x[:, 13:14], cache=cache)  # decoding one token: q_offset = 13
+    assert torch.allclose(step[0, -1], la[0, 13], atol=1e-4)
+
+
+def test_model_triton_impl_refuses_what_the_kernels_lack():
+    from model import GPT, GPTConfig
+    with pytest.raises(ValueError, match="pos='bam' and 'tapa' only"):
+        GPT(GPTConfig(pos="rope", attn_impl="triton", n_layer=1, n_head=2, n_embd=32, vocab_size=11))
+    m = GPT(GPTConfig(pos="tapa", ssmax=True, attn_impl="triton", n_layer=1, n_head=2, n_embd=32, vocab_size=11))
+    with pytest.raises(ValueError, match="attn_impl='torch'"):
+        m(torch.zeros(1, 4, dtype=torch.long))
+
+
+def test_kernels_on_cpu_without_interpreter_name_the_fix():
+    code = ("import torch, kernels; q = torch.randn(1, 1, 4, 16); "
+            "kernels.bam_attention(q, q, q, torch.zeros(1), torch.ones(1))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode != 0 and "TRITON_INTERPRET=1" in r.stderr
