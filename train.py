@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, fields
+from dataclasses import fields
 
 import numpy as np
 import torch

@@ -8,6 +8,7 @@
 # tokens per iteration = batch_size * block_size * gradient_accumulation_steps
 #                      = 32 * 512 * 16 = 262,144 (the accumulation is split over DDP processes);
 # max_iters = 38,147 iterations * 262,144 = 10.0B tokens, one pass over sample-10BT.
+# The fused kernels (--attn_impl=triton) take head dims 16/32/64/128: add --n_head=12 (64-dim heads) to use them.
 out_dir = "out-fineweb"
 dataset = "fineweb_sample-10BT"
 eval_interval = 1000

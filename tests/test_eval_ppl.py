@@ -13,15 +13,6 @@ import eval_ppl
 from data.tokenizer import write_meta, write_split
 from model import GPT, GPTConfig
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one intra-op thread is as fast, and immune to an oversubscribed CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 
 def tiny_gpt(pos="bam", ssmax=True, block_size=32):
     torch.manual_seed(0)

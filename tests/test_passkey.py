@@ -13,15 +13,6 @@ from data.tokenizer import get_tokenizer
 from model import GPT, GPTConfig
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one intra-op thread is as fast, and immune to an oversubscribed CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @dataclass
 class StubConfig:
     pos: str = "rope"

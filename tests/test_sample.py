@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 import sample
 from data.shakespeare import prepare
@@ -20,15 +19,6 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread is as fa
 
 def run(*args):
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one intra-op thread is as fast, and immune to an oversubscribed CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
