@@ -32,8 +32,8 @@ VARIANTS = [("nope", False), ("sinusoidal", False), ("learned", False), ("rope",
 ROOT = os.path.dirname(os.path.abspath(__file__))
 SHAKESPEARE_LOCAL = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
 
-FULL = dict(passkey_iters=1500, passkey_lengths=[1, 2, 4, 8, 16, 32, 64], depths=3, samples=2,
-            shakespeare_iters=600, ppl_lengths=[1, 2, 4, 8, 16], ppl_tokens=16384, model=[])
+FULL = dict(passkey_iters=250, passkey_lengths=[1, 2, 4, 8, 16, 32, 64], depths=3, samples=1,
+            shakespeare_iters=200, ppl_lengths=[1, 2, 4, 8, 16], ppl_tokens=16384, model=[])
 QUICK = dict(passkey_iters=4, passkey_lengths=[1, 2], depths=2, samples=1,
              shakespeare_iters=4, ppl_lengths=[1, 2], ppl_tokens=1024,
              model=["--n_layer=1", "--n_embd=32", "--n_head=2", "--batch_size=2", "--eval_iters=1"])

@@ -44,7 +44,7 @@ wandb_run_name = None  # default: "<pos>[+ssmax]"
 # data
 dataset = "passkey_byte_512"  # a folder under data/ (or a path); the synthetic passkey_<tokenizer>_<length> is made if missing
 gradient_accumulation_steps = 1
-batch_size = 16
+batch_size = 8
 block_size = 512
 # model (see model.GPTConfig)
 n_layer = 4
@@ -65,7 +65,7 @@ tapa_phase = "quadratic"
 attn_impl = "torch"
 # AdamW and the learning-rate schedule (warmup, then cosine decay to min_lr)
 learning_rate = 3e-3
-max_iters = 1500
+max_iters = 1200
 weight_decay = 0.1
 beta1 = 0.9
 beta2 = 0.99

@@ -2,7 +2,7 @@
 # GGD-BAM + SSMax on the synthetic passkey set (prompts of 512 bytes, key at a
 # random depth), about 10 minutes on 2 CPU cores.
 # tokens per iteration = batch_size * block_size * gradient_accumulation_steps
-#                      = 8 * 512 * 1 = 4,096; 1,500 iterations = 6.1M tokens.
+#                      = 8 * 512 * 1 = 4,096; 1,200 iterations = 4.9M tokens.
 out_dir = "out"
 dataset = "passkey_byte_512"
 block_size = 512
@@ -13,3 +13,4 @@ n_head = 4
 n_embd = 128
 pos = "bam"
 ssmax = True
+max_iters = 1200
