@@ -127,6 +127,19 @@ def _tapa_terms(xa, xp, ya, yp, dist, amp_scale, ph_scale, alpha, w_diag, DOT_PR
 
 
 @triton.jit
+def _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC: tl.constexpr):
+    """One key tile of the forward's online softmax (base 2): logits z (BLOCK_M, BLOCK_N), values v
+    (BLOCK_N, D); updates the running max m_i, running sum l_i and accumulator acc. m_i stays finite:
+    key 0 lies in the first tile of every row."""
+    m_new = tl.maximum(m_i, tl.max(z, 1))
+    p = tl.exp2(z - m_new[:, None])
+    rescale = tl.exp2(m_i - m_new)
+    l_i = l_i * rescale + tl.sum(p, 1)
+    acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _bwd_preprocess(O, DO, DELTA, n_rows, D: tl.constexpr, BLOCK: tl.constexpr):
     """DELTA[r] = rowsum(dO ∘ O)[r] in fp32, for O, dO viewed as (n_rows, D)."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -165,12 +178,7 @@ def _bam_fwd(Q, K, V, O, LSE, PRM, q_offset, Tq, Tk, H, sm_scale, eps, HAS_SSMAX
         z, _, _, _ = _bam_logits(q, k, offs_n[None, :] - pos_i[:, None], f2[:, None], c, beta, mu, sm_scale, eps,
                                  DOT_PREC)  # (BLOCK_M, BLOCK_N)
         z = tl.where(offs_n[None, :] <= pos_i[:, None], z, float("-inf"))  # causal (also masks j >= Tk)
-        m_new = tl.maximum(m_i, tl.max(z, 1))  # finite: key 0 is in the first tile of every row
-        p = tl.exp2(z - m_new[:, None])
-        rescale = tl.exp2(m_i - m_new)
-        l_i = l_i * rescale + tl.sum(p, 1)
-        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
-        m_i = m_new
+        m_i, l_i, acc = _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC)
     _store(O, acc / l_i[:, None], offs_m, Tq, D, 0, D, D)
     tl.store(LSE + offs_m, m_i + tl.log2(l_i), mask=offs_m < Tq)
 
@@ -290,12 +298,7 @@ def _tapa_fwd(Q, K, V, O, LSE, q_offset, Tq, Tk, amp_scale, ph_scale, alpha, w_d
         amp, _, angle = _tapa_terms(q_a, q_p, k_a, k_p, pos_i[:, None] - offs_n[None, :], amp_scale, ph_scale,
                                     alpha, w_diag, DOT_PREC)  # (BLOCK_M, BLOCK_N)
         z = tl.where(offs_n[None, :] <= pos_i[:, None], amp * tl.cos(angle) * LOG2E, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(z, 1))
-        p = tl.exp2(z - m_new[:, None])
-        rescale = tl.exp2(m_i - m_new)
-        l_i = l_i * rescale + tl.sum(p, 1)
-        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
-        m_i = m_new
+        m_i, l_i, acc = _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC)
     _store(O, acc / l_i[:, None], offs_m, Tq, D, 0, D, D)
     tl.store(LSE + offs_m, m_i + tl.log2(l_i), mask=offs_m < Tq)
 

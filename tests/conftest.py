@@ -55,3 +55,17 @@ def gpt2_tokenizer():
 
 # The test models are tiny: one thread is faster than two fighting over small tensors.
 torch.set_num_threads(1)
+
+
+def make_tiny_gpt(pos="bam", ssmax=True, block_size=32):
+    """A 2-layer byte-level GPT in eval mode with a non-trivial BAM prior and SSMax scale (shared by the eval tests)."""
+    from model import GPT, GPTConfig
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=block_size, vocab_size=257, n_layer=2, n_head=4, n_embd=32, pos=pos, ssmax=ssmax))
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith("prior.shape"):
+                p.uniform_(0.3, 1.5)
+            if name.endswith("ssmax.scale"):
+                p.uniform_(0.5, 1.5)
+    return m.eval()

@@ -11,19 +11,11 @@ import torch.nn.functional as F
 
 import eval_ppl
 from data.tokenizer import write_meta, write_split
-from model import GPT, GPTConfig
+from conftest import make_tiny_gpt
 
 
 def tiny_gpt(pos="bam", ssmax=True, block_size=32):
-    torch.manual_seed(0)
-    m = GPT(GPTConfig(block_size=block_size, vocab_size=257, n_layer=2, n_head=4, n_embd=32, pos=pos, ssmax=ssmax))
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if name.endswith("prior.shape"):
-                p.uniform_(0.3, 1.5)
-            if name.endswith("ssmax.scale"):
-                p.uniform_(0.5, 1.5)
-    return m.eval()
+    return make_tiny_gpt(pos, ssmax, block_size)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import torch
 import passkey
 from data.passkey import passkey_min_length, passkey_prompt
 from data.tokenizer import get_tokenizer
-from model import GPT, GPTConfig
+from conftest import make_tiny_gpt
 
 
 @dataclass
@@ -90,15 +90,7 @@ def test_multi_token_key_with_bpe(gpt2_tokenizer, mode):
 
 
 def tiny_gpt(pos="bam", ssmax=True, block_size=64):
-    torch.manual_seed(0)
-    m = GPT(GPTConfig(block_size=block_size, vocab_size=257, n_layer=2, n_head=4, n_embd=32, pos=pos, ssmax=ssmax))
-    with torch.no_grad():  # a non-trivial prior and SSMax scale
-        for name, p in m.named_parameters():
-            if name.endswith("prior.shape"):
-                p.uniform_(0.3, 1.5)
-            if name.endswith("ssmax.scale"):
-                p.uniform_(0.5, 1.5)
-    return m.eval()
+    return make_tiny_gpt(pos, ssmax, block_size)
 
 
 @pytest.mark.parametrize("chunk", [7, 100, 1000])
