@@ -7,7 +7,9 @@ generator as the training data, in the checkpoint's tokenizer.
     python passkey.py --ckpt=out/ckpt.pt --lengths=512,4096 --mode=generate
 
 Long prompts are prefilled through the KV cache in chunks of --chunk tokens,
-so memory grows with chunk × T, never T². Writes every result to --out (JSON,
+so memory grows with chunk × T, never T²; teacher-forced scoring runs the
+--batch_size prompts of one length together (right-padded), so the positional
+mask is built once for all of them. Writes every result to --out (JSON,
 plus a CSV beside it) and an accuracy heatmap (length × depth) PNG.
 """
 import argparse
@@ -55,31 +57,43 @@ def prefill(model, ids, cache, chunk, keep_last=1):
 
 
 @torch.no_grad()
-def answer_logits(model, prompt_ids, answer_ids, chunk=1024, device="cpu"):
-    """Logits (A, V) that predict the A = len(answer_ids) answer tokens under teacher forcing.
+def answer_logits(model, prompts, answers, chunk=1024, device="cpu"):
+    """Logits that predict each answer under teacher forcing, for a batch of prompts.
 
-    The sequence prompt + answer[:-1] (T = P + A - 1 tokens) is prefilled in chunks of
-    `chunk` through the KV cache; its last A positions (P-1 .. T-1) predict the answer.
-    Equal to model(prompt + answer)[0, P-1 : P+A-1] of a full forward.
+    prompts, answers: lists (one entry per sequence) of token-id lists; lengths may differ.
+    Each sequence prompt + answer[:-1] is right-padded to the longest (under causal
+    attention a token's logits never depend on what follows, so padding changes nothing),
+    and the batch is prefilled together through the KV cache in chunks of `chunk` tokens:
+    one positional mask serves the whole batch. Returns a list of (A_i, V) tensors, the
+    logits at positions P_i-1 .. P_i+A_i-2, equal to model(prompt + answer)[0, P_i-1 : P_i+A_i-1]
+    of a full forward of each sequence alone. Memory: batch × heads × chunk × T scores at most.
     """
-    A = len(answer_ids)
-    seq = torch.tensor(prompt_ids + answer_ids[:-1], dtype=torch.long, device=device)[None]  # (1, T)
+    seqs = [list(p) + list(a[:-1]) for p, a in zip(prompts, answers)]
+    ids = torch.zeros(len(seqs), max(map(len, seqs)), dtype=torch.long)  # (B, T), right-padded with id 0
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s)
+    ids = ids.to(device)
+    start = min(len(p) for p in prompts) - 1  # the first position that predicts an answer token
     cache = model.new_cache()
-    body, tail = seq[:, :seq.size(1) - A], seq[:, seq.size(1) - A:]  # tail: the A predicting positions
-    if body.size(1):
-        prefill(model, body, cache, chunk)
-    logits, _ = model(tail, cache=cache, keep_last=None)  # (1, A, V)
-    return logits[0]
+    if start:
+        prefill(model, ids[:, :start], cache, chunk)
+    tail = [model(ids[:, c0:c0 + chunk], cache=cache, keep_last=None)[0] for c0 in range(start, ids.size(1), chunk)]
+    tail = torch.cat(tail, dim=1)  # (B, T - start, V): every answer-predicting position
+    return [tail[i, len(p) - 1 - start:len(p) - 1 - start + len(a)] for i, (p, a) in enumerate(zip(prompts, answers))]
 
 
-def score_teacher_forced(model, prompt_ids, answer_ids, chunk=1024, device="cpu"):
+def score_teacher_forced(model, prompts, answers, chunk=1024, device="cpu"):
     """Teacher-forced scoring as in the BAM code (SPEC §5): one pass over prompt + answer.
 
-    prompt_ids, answer_ids: lists of token ids (answer non-empty). Returns (correct,
-    predicted_ids): correct only if the argmax equals the true token at every answer position.
+    prompts, answers: lists of token-id lists (answers non-empty), scored as one batch.
+    Returns a list of (correct, predicted_ids), one per prompt: correct only if the argmax
+    equals the true token at every answer position.
     """
-    pred = answer_logits(model, prompt_ids, answer_ids, chunk, device).argmax(-1).tolist()
-    return pred == list(answer_ids), pred
+    out = []
+    for logits, a in zip(answer_logits(model, prompts, answers, chunk, device), answers):
+        pred = logits.argmax(-1).tolist()
+        out.append((pred == list(a), pred))
+    return out
 
 
 @torch.no_grad()
@@ -99,45 +113,56 @@ def score_generate(model, prompt_ids, answer_ids, chunk=1024, device="cpu"):
 
 
 def run_passkey(model, tokenizer, lengths, depths=5, samples=2, seed=0, mode="teacher_forced",
-                chunk=1024, device="cpu", n_digits=5, progress=True, ctx=None):
+                chunk=1024, device="cpu", n_digits=5, progress=True, ctx=None, batch_size=5):
     """Passkey accuracy of `model` at each length × depth × sample (SPEC §5).
 
     tokenizer: a data.tokenizer object or its name. lengths: target prompt + answer
     lengths in tokens (each prompt is within one filler sentence below it); depths: a number of equidistant
     depths or a list of depths in [0, 1]. The key of each (length, depth index, sample)
     comes from a Random seeded by (seed, length, depth index, sample), so runs with the
-    same seed see the same prompts, whichever other lengths they include. Returns a list
-    of dicts (length, n_tokens, depth, sample, key, answer, predicted, correct); correct
-    is None (n/a) for pos='learned' past block_size. Raises ValueError for a length below
-    the template's minimum (the message states the minimum) or an unknown mode.
+    same seed see the same prompts, whichever other lengths they include. Teacher-forced
+    scoring runs the prompts of one length batch_size at a time (greedy generation, one
+    at a time). Returns a list of dicts (length, n_tokens, depth, sample, key, answer,
+    predicted, correct); correct is None (n/a) for pos='learned' past block_size.
+    Raises ValueError for a length below the template's minimum (the message states
+    the minimum) or an unknown mode.
     """
     tokenizer = get_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
-    score = {"teacher_forced": score_teacher_forced, "generate": score_generate}.get(mode)
-    if score is None:
+    if mode not in ("teacher_forced", "generate"):
         raise ValueError(f"unknown mode {mode!r}; valid: teacher_forced, generate")
     min_len = passkey_min_length(tokenizer, n_digits)
     if min(lengths) < min_len:
         raise ValueError(f"passkey length {min(lengths)} is below the minimum {min_len} tokens of the prompt "
                          f"template ({tokenizer.name} tokenizer, {n_digits}-digit key); use --lengths >= {min_len}")
     depths = passkey_depths(depths) if isinstance(depths, int) else list(depths)
+    batch_size = batch_size if mode == "teacher_forced" else 1
     model.eval()
-    jobs = [(L, d, s) for L in lengths for d in range(len(depths)) for s in range(samples)]
     results = []
-    bar = tqdm(total=sum(L for L, _, _ in jobs), desc="passkey", unit="tok", unit_scale=True, disable=not progress)
-    for L, d, s in jobs:
-        key = random_key(random.Random(f"{seed}:{L}:{d}:{s}"), n_digits)
-        prompt, answer = passkey_prompt(tokenizer, L, depths[d], key)
-        n = len(prompt) + len(answer)
-        correct, pred = None, None
-        if not (model.config.pos == "learned" and n - 1 > model.config.block_size):
-            with ctx or nullcontext():
-                correct, pred = score(model, prompt, answer, chunk=chunk, device=device)
-            pred = tokenizer.decode(pred)
-        results.append(dict(length=L, n_tokens=n, depth=depths[d], sample=s, key=key,
-                            answer=tokenizer.decode(answer), predicted=pred, correct=correct))
-        done = [r["correct"] for r in results if r["length"] == L and r["correct"] is not None]
-        bar.set_postfix(length=L, acc=f"{sum(done)}/{len(done)}")
-        bar.update(L)
+    bar = tqdm(total=sum(lengths) * len(depths) * samples, desc="passkey", unit="tok", unit_scale=True,
+               disable=not progress)
+    for L in lengths:
+        jobs = []  # (depth index, sample, key, prompt, answer) of this length
+        for d in range(len(depths)):
+            for s in range(samples):
+                key = random_key(random.Random(f"{seed}:{L}:{d}:{s}"), n_digits)
+                jobs.append((d, s, key) + passkey_prompt(tokenizer, L, depths[d], key))
+        for b0 in range(0, len(jobs), batch_size):
+            batch = jobs[b0:b0 + batch_size]
+            scored = [(None, None)] * len(batch)  # n/a: pos='learned' past block_size
+            longest = max(len(j[3]) + len(j[4]) for j in batch) - 1  # tokens fed: prompt + answer[:-1]
+            if not (model.config.pos == "learned" and longest > model.config.block_size):
+                with ctx or nullcontext():
+                    if mode == "teacher_forced":
+                        scored = score_teacher_forced(model, [j[3] for j in batch], [j[4] for j in batch], chunk, device)
+                    else:
+                        scored = [score_generate(model, batch[0][3], batch[0][4], chunk, device)]
+            for (d, s, key, prompt, answer), (correct, pred) in zip(batch, scored):
+                results.append(dict(length=L, n_tokens=len(prompt) + len(answer), depth=depths[d], sample=s, key=key,
+                                    answer=tokenizer.decode(answer),
+                                    predicted=None if pred is None else tokenizer.decode(pred), correct=correct))
+            done = [r["correct"] for r in results if r["length"] == L and r["correct"] is not None]
+            bar.set_postfix(length=L, acc=f"{sum(done)}/{len(done)}")
+            bar.update(L * len(batch))
     bar.close()
     return results
 
@@ -223,6 +248,8 @@ def main(argv=None):
     p.add_argument("--n_digits", type=int, default=5)
     p.add_argument("--mode", choices=["teacher_forced", "generate"], default="teacher_forced")
     p.add_argument("--chunk", type=int, default=1024, help="prefill chunk size (tokens)")
+    p.add_argument("--batch_size", type=int, default=5,
+                   help="prompts of one length scored together (teacher-forced); memory grows with it (KV cache)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="autocast dtype on cuda (cpu runs float32)")
@@ -239,7 +266,8 @@ def main(argv=None):
     try:
         lengths = parse_lengths(args.lengths, block_size)
         results = run_passkey(model, tokenizer, lengths, args.depths, args.samples, args.seed, args.mode,
-                              args.chunk, args.device, args.n_digits, ctx=ctx)
+                              args.chunk, args.device, args.n_digits, ctx=ctx,
+                              batch_size=args.batch_size)
     except ValueError as e:
         p.error(str(e))
     cfg = model.config

@@ -33,7 +33,7 @@ class CopyStub(torch.nn.Module):
         self.digits = digits or {ord(str(d)): ord(str((d + 1) % 10)) for d in range(10)}
 
     def new_cache(self):
-        return [[]]
+        return [None]  # filled with one token history per batch row
 
     def predict(self, hist, p):
         suffix = hist[p - self.n + 1:p + 1]
@@ -44,14 +44,16 @@ class CopyStub(torch.nn.Module):
         return 0
 
     def forward(self, idx, targets=None, cache=None, keep_last=1):
-        hist = (cache[0] if cache is not None else []) + idx[0].tolist()
+        B, T = idx.shape
+        seen = cache[0] if cache is not None and cache[0] is not None else [[] for _ in range(B)]
+        hists = [h + row for h, row in zip(seen, idx.tolist())]
         if cache is not None:
-            cache[0] = hist
-        T = idx.size(1)
+            cache[0] = hists
         k = T if keep_last is None else min(keep_last, T)
-        logits = torch.zeros(1, k, self.config.vocab_size)
-        for r, p in enumerate(range(len(hist) - k, len(hist))):
-            logits[0, r, self.predict(hist, p)] = 1.0
+        logits = torch.zeros(B, k, self.config.vocab_size)
+        for b, hist in enumerate(hists):
+            for r, p in enumerate(range(len(hist) - k, len(hist))):
+                logits[b, r, self.predict(hist, p)] = 1.0
         return logits, None
 
 
@@ -79,13 +81,16 @@ def test_copy_stub_scores_all_and_wrong_digit_scores_none(byte_tok, mode):
 def test_multi_token_key_with_bpe(gpt2_tokenizer, mode):
     prompt, answer = passkey_prompt(gpt2_tokenizer, 400, 0.3, 12345)
     assert len(answer) > 1  # a BPE key spans several tokens: every one must be right
-    score = passkey.score_teacher_forced if mode == "teacher_forced" else passkey.score_generate
-    ok, pred = score(CopyStub(50257, n=4), prompt, answer, chunk=64)
+    def score(model):
+        if mode == "teacher_forced":
+            return passkey.score_teacher_forced(model, [prompt], [answer], chunk=64)[0]
+        return passkey.score_generate(model, prompt, answer, chunk=64)
+    ok, pred = score(CopyStub(50257, n=4))
     assert ok and pred == answer
     # wrong at the last answer token only: still wrong as a whole
     other = next(t for t in (gpt2_tokenizer.encode(d)[0] for d in "0123456789") if t != answer[-1])
     last = {answer[-1]: other}  # a single-digit token in place of the key's last token
-    ok, pred = score(CopyStub(50257, n=4, wrong=True, digits=last), prompt, answer, chunk=64)
+    ok, pred = score(CopyStub(50257, n=4, wrong=True, digits=last))
     assert not ok and pred[:-1] == answer[:-1]
 
 
@@ -97,13 +102,13 @@ def tiny_gpt(pos="bam", ssmax=True, block_size=64):
 def test_chunked_prefill_matches_full_forward(byte_tok, chunk):
     model = tiny_gpt()
     prompt, answer = passkey_prompt(byte_tok, passkey_min_length(byte_tok) + 40, 0.5, 54321)
-    got = passkey.answer_logits(model, prompt, answer, chunk=chunk)  # (A, V)
+    got = passkey.answer_logits(model, [prompt], [answer], chunk=chunk)[0]  # (A, V)
     with torch.no_grad():
         full, _ = model(torch.tensor([prompt + answer]), keep_last=None)  # (1, T, V)
     P, A = len(prompt), len(answer)
     assert got.shape == (A, 257)
     torch.testing.assert_close(got, full[0, P - 1:P + A - 1], rtol=1e-4, atol=1e-4)
-    ok, pred = passkey.score_teacher_forced(model, prompt, answer, chunk=chunk)
+    [(ok, pred)] = passkey.score_teacher_forced(model, [prompt], [answer], chunk=chunk)
     assert pred == full[0, P - 1:P + A - 1].argmax(-1).tolist() and ok == (pred == answer)
     ok_g, pred_g = passkey.score_generate(model, prompt, answer, chunk=chunk)
     with torch.no_grad():  # greedy by hand: full forward over the growing sequence
@@ -111,6 +116,22 @@ def test_chunked_prefill_matches_full_forward(byte_tok, chunk):
         for _ in answer:
             seq.append(model(torch.tensor([seq]))[0][0, -1].argmax().item())
     assert pred_g == seq[P:]
+
+
+@pytest.mark.parametrize("pos,ssmax", [("bam", True), ("alibi", False), ("rope", True)])
+def test_batched_prompts_of_different_lengths_match_one_at_a_time(byte_tok, pos, ssmax):
+    """Right padding in a batch changes no answer logit: each row equals its own full forward."""
+    model = make_tiny_gpt(pos, ssmax, 64)
+    m = passkey_min_length(byte_tok)
+    pairs = [passkey_prompt(byte_tok, m + extra, depth, key)
+             for extra, depth, key in [(0, 0.0, 11111), (57, 0.4, 90210), (120, 1.0, 55501)]]
+    got = passkey.answer_logits(model, [p for p, _ in pairs], [a for _, a in pairs], chunk=40)
+    assert len({len(p) for p, _ in pairs}) == 3  # three different prompt lengths in one batch
+    for (prompt, answer), g in zip(pairs, got):
+        with torch.no_grad():
+            full, _ = model(torch.tensor([prompt + answer]), keep_last=None)
+        P, A = len(prompt), len(answer)
+        torch.testing.assert_close(g, full[0, P - 1:P + A - 1], rtol=1e-4, atol=1e-4)
 
 
 def test_determinism_and_output_files(byte_tok, tmp_path):
