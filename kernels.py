@@ -103,6 +103,30 @@ def _store(ptr, x, rows, n_rows, ROW_LEN: tl.constexpr, COL0: tl.constexpr, N_CO
 
 
 @triton.jit
+def _load_split(ptr, rows, n_rows, D: tl.constexpr, D_AMP: tl.constexpr, DA: tl.constexpr, DP: tl.constexpr):
+    """The amplitude part (columns 0 .. D_AMP−1, padded to DA) and the phase part (columns
+    D_AMP .. D−1, padded to DP) of rows of a (n_rows, D) matrix, as two tiles (TAPA)."""
+    return _load(ptr, rows, n_rows, D, 0, D_AMP, DA), _load(ptr, rows, n_rows, D, D_AMP, D - D_AMP, DP)
+
+
+@triton.jit
+def _store_split(ptr, xa, xp, rows, n_rows, D: tl.constexpr, D_AMP: tl.constexpr, DA: tl.constexpr,
+                 DP: tl.constexpr):
+    """Store the two tiles of _load_split back into their columns."""
+    _store(ptr, xa, rows, n_rows, D, 0, D_AMP, DA)
+    _store(ptr, xp, rows, n_rows, D, D_AMP, D - D_AMP, DP)
+
+
+@triton.jit
+def _ssmax_factor(pos_i, s, HAS_SSMAX: tl.constexpr, BLOCK: tl.constexpr):
+    """SSMax factor f_i = s·log(i + 1) of absolute query positions pos_i (BLOCK,), or 1 without SSMax."""
+    f = tl.full([BLOCK], 1.0, tl.float32)
+    if HAS_SSMAX:
+        f = s * tl.log((pos_i + 1).to(tl.float32))
+    return f
+
+
+@triton.jit
 def _bam_logits(x, y, delta, f2, c, beta, mu, sm_scale, eps, DOT_PREC: tl.constexpr):
     """One tile of GGD-BAM logits, rows x against rows y: q against k, or k against q for a
     transposed tile, with delta = j − i and f2 = f·log2 e broadcast the same way.
@@ -162,10 +186,7 @@ def _bam_fwd(Q, K, V, O, LSE, PRM, q_offset, Tq, Tk, H, sm_scale, eps, HAS_SSMAX
     offs_m = start_m + tl.arange(0, BLOCK_M)
     pos_i = q_offset + offs_m  # absolute query positions, (BLOCK_M,)
     q = _load(Q, offs_m, Tq, D, 0, D, D)  # (BLOCK_M, D)
-    f = tl.full([BLOCK_M], 1.0, tl.float32)
-    if HAS_SSMAX:
-        f = s * tl.log((pos_i + 1).to(tl.float32))  # SSMax factor s·log(i + 1)
-    f2 = f * LOG2E
+    f2 = _ssmax_factor(pos_i, s, HAS_SSMAX, BLOCK_M) * LOG2E
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max (log2 units)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(z − m_i)
@@ -212,9 +233,7 @@ def _bam_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, PRM, DPRM, q_offset, Tq, Tk, H
             do = _load(DO, offs_m, Tq, D, 0, D, D)
             lse = tl.load(LSE + offs_m, mask=offs_m < Tq, other=0.0)
             Di = tl.load(DELTA + offs_m, mask=offs_m < Tq, other=0.0)
-            f = tl.full([BLOCK_M1], 1.0, tl.float32)
-            if HAS_SSMAX:
-                f = s * tl.log((pos_i + 1).to(tl.float32))
+            f = _ssmax_factor(pos_i, s, HAS_SSMAX, BLOCK_M1)
             zT, _, _, _ = _bam_logits(k, q, offs_n[:, None] - pos_i[None, :], f[None, :] * LOG2E, c, beta, mu,
                                       sm_scale, eps, DOT_PREC)  # (BLOCK_N1, BLOCK_M1)
             maskT = (offs_n[:, None] <= pos_i[None, :]) & (offs_m[None, :] < Tq)
@@ -239,9 +258,7 @@ def _bam_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, PRM, DPRM, q_offset, Tq, Tk, H
         lse = tl.load(LSE + offs_m, mask=row_ok, other=0.0)
         Di = tl.load(DELTA + offs_m, mask=row_ok, other=0.0)
         log_n = tl.log((pos_i + 1).to(tl.float32))
-        f = tl.full([BLOCK_M2], 1.0, tl.float32)
-        if HAS_SSMAX:
-            f = s * log_n
+        f = _ssmax_factor(pos_i, s, HAS_SSMAX, BLOCK_M2)
         dq = tl.zeros([BLOCK_M2, D], tl.float32)
         g_b = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j dS·b            → dlog_scale = Σ_i f_i·g_b
         g_bl = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j dS·b·log2(dist) → dshape = ln 2·Σ_i f_i·g_bl
@@ -284,16 +301,14 @@ def _tapa_fwd(Q, K, V, O, LSE, q_offset, Tq, Tk, amp_scale, ph_scale, alpha, w_d
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     pos_i = q_offset + offs_m
-    q_a = _load(Q, offs_m, Tq, D, 0, D_AMP, DA)  # (BLOCK_M, DA)
-    q_p = _load(Q, offs_m, Tq, D, D_AMP, D - D_AMP, DP)  # (BLOCK_M, DP)
+    q_a, q_p = _load_split(Q, offs_m, Tq, D, D_AMP, DA, DP)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     hi = tl.minimum(q_offset + start_m + BLOCK_M, Tk)
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k_a = _load(K, offs_n, Tk, D, 0, D_AMP, DA)
-        k_p = _load(K, offs_n, Tk, D, D_AMP, D - D_AMP, DP)
+        k_a, k_p = _load_split(K, offs_n, Tk, D, D_AMP, DA, DP)
         v = _load(V, offs_n, Tk, D, 0, D, D)
         amp, _, angle = _tapa_terms(q_a, q_p, k_a, k_p, pos_i[:, None] - offs_n[None, :], amp_scale, ph_scale,
                                     alpha, w_diag, DOT_PREC)  # (BLOCK_M, BLOCK_N)
@@ -317,8 +332,7 @@ def _tapa_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, q_offset, Tq, Tk, amp_scale, 
     start_n = pid * BLOCK_N1
     if start_n < Tk:
         offs_n = start_n + tl.arange(0, BLOCK_N1)
-        k_a = _load(K, offs_n, Tk, D, 0, D_AMP, DA)
-        k_p = _load(K, offs_n, Tk, D, D_AMP, D - D_AMP, DP)
+        k_a, k_p = _load_split(K, offs_n, Tk, D, D_AMP, DA, DP)
         v = _load(V, offs_n, Tk, D, 0, D, D)
         dk_a = tl.zeros([BLOCK_N1, DA], tl.float32)
         dk_p = tl.zeros([BLOCK_N1, DP], tl.float32)
@@ -327,8 +341,7 @@ def _tapa_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, q_offset, Tq, Tk, amp_scale, 
         for start_m in range(lo, Tq, BLOCK_M1):
             offs_m = start_m + tl.arange(0, BLOCK_M1)
             pos_i = q_offset + offs_m
-            q_a = _load(Q, offs_m, Tq, D, 0, D_AMP, DA)
-            q_p = _load(Q, offs_m, Tq, D, D_AMP, D - D_AMP, DP)
+            q_a, q_p = _load_split(Q, offs_m, Tq, D, D_AMP, DA, DP)
             do = _load(DO, offs_m, Tq, D, 0, D, D)
             lse = tl.load(LSE + offs_m, mask=offs_m < Tq, other=0.0)
             Di = tl.load(DELTA + offs_m, mask=offs_m < Tq, other=0.0)
@@ -341,8 +354,7 @@ def _tapa_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, q_offset, Tq, Tk, amp_scale, 
             dsT = pT * (tl.dot(v, tl.trans(do), input_precision=DOT_PREC) - Di[None, :])
             dk_a += tl.dot((dsT * cosT * amp_scale).to(q_a.dtype), q_a, input_precision=DOT_PREC)
             dk_p += tl.dot((-dsT * ampT * wT * tl.sin(angleT) * ph_scale).to(q_p.dtype), q_p, input_precision=DOT_PREC)
-        _store(DK, dk_a, offs_n, Tk, D, 0, D_AMP, DA)
-        _store(DK, dk_p, offs_n, Tk, D, D_AMP, D - D_AMP, DP)
+        _store_split(DK, dk_a, dk_p, offs_n, Tk, D, D_AMP, DA, DP)
         _store(DV, dv, offs_n, Tk, D, 0, D, D)
 
     # (2) dq (both parts) for query tile pid
@@ -351,8 +363,7 @@ def _tapa_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, q_offset, Tq, Tk, amp_scale, 
         offs_m = start_m + tl.arange(0, BLOCK_M2)
         pos_i = q_offset + offs_m
         row_ok = offs_m < Tq
-        q_a = _load(Q, offs_m, Tq, D, 0, D_AMP, DA)
-        q_p = _load(Q, offs_m, Tq, D, D_AMP, D - D_AMP, DP)
+        q_a, q_p = _load_split(Q, offs_m, Tq, D, D_AMP, DA, DP)
         do = _load(DO, offs_m, Tq, D, 0, D, D)
         lse = tl.load(LSE + offs_m, mask=row_ok, other=0.0)
         Di = tl.load(DELTA + offs_m, mask=row_ok, other=0.0)
@@ -361,8 +372,7 @@ def _tapa_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, q_offset, Tq, Tk, amp_scale, 
         hi = tl.minimum(q_offset + start_m + BLOCK_M2, Tk)
         for start_n in range(0, hi, BLOCK_N2):
             offs_n = start_n + tl.arange(0, BLOCK_N2)
-            k_a = _load(K, offs_n, Tk, D, 0, D_AMP, DA)
-            k_p = _load(K, offs_n, Tk, D, D_AMP, D - D_AMP, DP)
+            k_a, k_p = _load_split(K, offs_n, Tk, D, D_AMP, DA, DP)
             v = _load(V, offs_n, Tk, D, 0, D, D)
             amp, w, angle = _tapa_terms(q_a, q_p, k_a, k_p, pos_i[:, None] - offs_n[None, :], amp_scale, ph_scale,
                                         alpha, w_diag, DOT_PREC)  # (BLOCK_M2, BLOCK_N2)
@@ -372,8 +382,7 @@ def _tapa_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, q_offset, Tq, Tk, amp_scale, 
             ds = p * (tl.dot(do, tl.trans(v), input_precision=DOT_PREC) - Di[:, None])
             dq_a += tl.dot((ds * cos * amp_scale).to(k_a.dtype), k_a, input_precision=DOT_PREC)
             dq_p += tl.dot((-ds * amp * w * tl.sin(angle) * ph_scale).to(k_p.dtype), k_p, input_precision=DOT_PREC)
-        _store(DQ, dq_a, offs_m, Tq, D, 0, D_AMP, DA)
-        _store(DQ, dq_p, offs_m, Tq, D, D_AMP, D - D_AMP, DP)
+        _store_split(DQ, dq_a, dq_p, offs_m, Tq, D, D_AMP, DA, DP)
 
 
 # ----------------------------------------------------------------------------- checks and autograd
