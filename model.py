@@ -42,6 +42,7 @@ class GPTConfig:
     bias: bool = True           # bias in Linear and LayerNorm layers, as GPT-2
     pos: str = "rope"           # one of POS_VARIANTS
     ssmax: bool = False         # scalable softmax (SPEC §2), with any pos
+    ssmax_init: float = 1.0     # s_h at init: 1.0 in the BAM code, ~1/mean(ln n) in others (SPEC §2)
     rope_base: float = 10000.0
     bam_shape_init: float = 1.0         # β at init (1 = Laplace = ALiBi)
     bam_scale_init: object = "alibi"    # c at init: "alibi" slopes or a number > 0
@@ -114,7 +115,7 @@ class CausalSelfAttention(nn.Module):
         if config.pos == "bam":  # a shared prior is passed in when config.bam_global_prior
             self.prior = prior if prior is not None else GGDPrior(
                 config.n_head, config.bam_shape_init, config.bam_scale_init)
-        self.ssmax = SSMax(config.n_head) if config.ssmax else None
+        self.ssmax = SSMax(config.n_head, config.ssmax_init) if config.ssmax else None
 
     def forward(self, x, t0, kv=None):
         B, T, C = x.size()

@@ -24,6 +24,7 @@ dropout = 0.0
 bias = False
 pos = "bam"
 ssmax = True
+ssmax_init = 1.0  # the BAM code's init (SPEC §2)
 rope_base = 10000.0
 learning_rate = 6e-4
 min_lr = 6e-5

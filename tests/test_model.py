@@ -104,6 +104,16 @@ def test_ssmax_factor_is_s_log_n_with_cache_offset():
             assert f[h, a, 0].item() == pytest.approx(sh * math.log(i + 1))
 
 
+def test_ssmax_init_sets_every_head_and_layer():
+    """config.ssmax_init is s_h at init (SPEC §2): the factor at position i is ssmax_init·log(i + 1)."""
+    m = GPT(GPTConfig(block_size=16, vocab_size=37, n_layer=2, n_head=3, n_embd=24, pos="bam", ssmax=True,
+                      ssmax_init=0.25))
+    for block in m.transformer.h:
+        f = block.attn.ssmax(torch.arange(5))
+        for i in range(5):
+            assert torch.allclose(f[:, i, 0], torch.full((3,), 0.25 * math.log(i + 1)))
+
+
 def test_ssmax_on_baselines_scales_qk_only_and_adds_alibi_after():
     torch.manual_seed(2)
     q, k, v = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 9, 8), torch.randn(1, 2, 9, 8)
