@@ -47,13 +47,17 @@ def prefill(model, ids, cache, chunk, keep_last=1):
     """Run ids (B, T) through model in chunks of `chunk` tokens, extending `cache` in place.
 
     Returns the logits of the last keep_last positions (B, keep_last, V) (keep_last <= the
-    last chunk's length). Memory: attention scores of at most chunk × (cached + T) per head.
+    last chunk's length), or of all T positions (B, T, V) for keep_last=None.
+    Memory: attention scores of at most chunk × (cached + T) per head.
     """
-    T = ids.size(1)
+    T, out = ids.size(1), []
     for c0 in range(0, T, chunk):
         last = c0 + chunk >= T
-        logits, _ = model(ids[:, c0:c0 + chunk], cache=cache, keep_last=keep_last if last else 1)
-    return logits
+        keep = last or keep_last is None
+        logits, _ = model(ids[:, c0:c0 + chunk], cache=cache, keep_last=keep_last if keep else 1)
+        if keep:
+            out.append(logits)
+    return torch.cat(out, dim=1)
 
 
 @torch.no_grad()
@@ -77,8 +81,7 @@ def answer_logits(model, prompts, answers, chunk=1024, device="cpu"):
     cache = model.new_cache()
     if start:
         prefill(model, ids[:, :start], cache, chunk)
-    tail = [model(ids[:, c0:c0 + chunk], cache=cache, keep_last=None)[0] for c0 in range(start, ids.size(1), chunk)]
-    tail = torch.cat(tail, dim=1)  # (B, T - start, V): every answer-predicting position
+    tail = prefill(model, ids[:, start:], cache, chunk, keep_last=None)  # (B, T - start, V): every answer-predicting position
     return [tail[i, len(p) - 1 - start:len(p) - 1 - start + len(a)] for i, (p, a) in enumerate(zip(prompts, answers))]
 
 
