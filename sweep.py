@@ -5,7 +5,8 @@ the same way, then passkey retrieval and perplexity against context length.
     python sweep.py              # the full sweep on 2 CPU cores, writes docs/results.md and docs/*.png
     python sweep.py --quick      # a reduced version (minutes), for the tests; writes to --out_dir only
 
-For each variant: (1) train the CPU-demo model (config/cpu_demo.py) on the
+For each variant: (1) train a small model (config/cpu_demo.py with FULL's
+overrides below: the demo as it was when docs/results.md was made) on the
 synthetic passkey set and run passkey.py's evaluation at 1x..64x its block_size;
 (2) train the same-sized model on tiny Shakespeare (byte tokenizer) and measure
 perplexity on the held-out 10% at 1x..16x. Same seed, data, steps and size for
@@ -34,8 +35,10 @@ SHAKESPEARE_LOCAL = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.
 
 FULL = dict(passkey_iters=250, passkey_lengths=[1, 2, 4, 8, 16, 32, 64], depths=3, samples=1,
             shakespeare_iters=200, ppl_lengths=[1, 2, 4, 8, 16], ppl_tokens=16384,
-            # the model and optimizer docs/results.md was made with (the CPU demo before it went to 2 layers)
-            model=["--n_layer=4", "--learning_rate=3e-3", "--ssmax_init=1.0", "--weight_decay=0.1", "--beta2=0.99"])
+            # the data, model and optimizer docs/results.md was made with (the CPU demo of that time)
+            model=["--dataset=passkey_byte_512", "--block_size=512", "--n_layer=4", "--n_embd=128",
+                   "--learning_rate=3e-3", "--ssmax_init=1.0", "--weight_decay=0.1", "--beta2=0.99",
+                   "--eval_interval=250"])
 QUICK = dict(passkey_iters=4, passkey_lengths=[1, 2], depths=2, samples=1,
              shakespeare_iters=4, ppl_lengths=[1, 2], ppl_tokens=1024,
              model=["--n_layer=1", "--n_embd=32", "--n_head=2", "--batch_size=2", "--eval_iters=1"])

@@ -1,6 +1,6 @@
 """
 Train a nanoPE GPT. With no arguments it runs the CPU demo (a small byte-level
-model with GGD-BAM + SSMax on the synthetic passkey set; about 15 minutes on 2
+model with GGD-BAM + SSMax on the synthetic passkey set; about 8 minutes on 2
 CPU cores, after which it retrieves the passkey at its training length). Examples:
 
     python train.py                                   # the CPU demo
@@ -42,20 +42,20 @@ wandb_log = False
 wandb_project = "nanope"
 wandb_run_name = None  # default: "<pos>[+ssmax]"
 # data
-dataset = "passkey_byte_512"  # a folder under data/ (or a path); the synthetic passkey_<tokenizer>_<length> is made if missing
+dataset = "passkey_byte_320"  # a folder under data/ (or a path); the synthetic passkey_<tokenizer>_<length> is made if missing
 gradient_accumulation_steps = 1
 batch_size = 8
-block_size = 512
+block_size = 320
 # model (see model.GPTConfig)
 n_layer = 2
 n_head = 4
-n_embd = 128
+n_embd = 256
 dropout = 0.0
 bias = False
 vocab_size = None  # default: the dataset's, padded to a multiple of 64 for GPT-2's BPE
 pos = "bam"
 ssmax = True
-ssmax_init = 0.17  # s_h at init (SPEC §2): the BAM code uses 1.0; 0.17 keeps s·ln(n) <= 1.06 over 512 positions
+ssmax_init = 0.17  # s_h at init (SPEC §2): the BAM code uses 1.0; 0.17 keeps s·ln(n) <= 0.98 over 320 positions
 rope_base = 10000.0
 bam_shape_init = 1.0
 bam_scale_init = "alibi"
@@ -66,7 +66,7 @@ tapa_phase = "quadratic"
 attn_impl = "torch"
 # AdamW and the learning-rate schedule (warmup, then cosine decay to min_lr)
 learning_rate = 1e-3
-max_iters = 5000
+max_iters = 2000
 weight_decay = 0.1
 beta1 = 0.9
 beta2 = 0.99
