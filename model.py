@@ -53,6 +53,10 @@ class GPTConfig:
     attn_impl: str = "torch"    # "triton": fused kernels of kernels.py
 
     def __post_init__(self):
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.pos not in POS_VARIANTS:
             raise ValueError(f"unknown pos {self.pos!r}; valid: {', '.join(POS_VARIANTS)}")
         if self.attn_impl not in ATTN_IMPLS:

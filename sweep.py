@@ -63,11 +63,11 @@ def train_variant(args, out_dir):
     return model
 
 
-def shakespeare_dir():
-    """data/shakespeare_byte, prepared from ../shared (offline) or the public URL if missing."""
-    out = os.path.join(ROOT, "data", "shakespeare_byte")
+def shakespeare_dir(out, text_path=None):
+    """The folder `out` with tiny Shakespeare prepared (byte tokenizer) if it is not there yet:
+    from text_path, else ../shared (offline), else the public URL (raises naming --input when offline)."""
     if not os.path.isfile(os.path.join(out, "val.bin")):
-        path = SHAKESPEARE_LOCAL if os.path.isfile(SHAKESPEARE_LOCAL) else None
+        path = text_path or (SHAKESPEARE_LOCAL if os.path.isfile(SHAKESPEARE_LOCAL) else None)
         prepare(load_text(path, cache=os.path.join(out, "input.txt")), "byte", out)
     return out
 
@@ -136,6 +136,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a reduced sweep for the tests (tiny models, 1x-2x)")
     p.add_argument("--out_dir", default=os.path.join(ROOT, "out-sweep"), help="checkpoints and raw results")
+    p.add_argument("--input", default=None, help="a local tinyshakespeare.txt (default: ../shared, else download)")
     p.add_argument("--docs", default=None, help="where results.md and the plots go (default docs/, or out_dir with --quick)")
     args = p.parse_args()
     setting = QUICK if args.quick else FULL
@@ -161,7 +162,8 @@ def main():
             bam_models[name] = model
             shapes[name] = [[round(x, 3) for x in b.attn.prior.shape.tolist()] for b in model.transformer.h]
         # (2) perplexity: train on tiny Shakespeare, evaluate on its held-out 10%
-        data_dir = shakespeare_dir()
+        data_dir = shakespeare_dir(os.path.join(args.out_dir if args.quick else os.path.join(ROOT, "data"),
+                                                "shakespeare_byte"), args.input)
         model = train_variant(common + [f"--dataset={data_dir}", f"--max_iters={setting['shakespeare_iters']}",
                                         "--eval_interval=200", "--learning_rate=2e-3"],
                               os.path.join(args.out_dir, f"shakespeare-{name}"))

@@ -195,8 +195,9 @@ def prepare_data(dataset_name):
     FileNotFoundError naming the command.
     """
     from data.tokenizer import read_meta
-    data_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", dataset_name)
-    parts = dataset_name.split("_")
+    data_dir = dataset_name if os.path.isdir(dataset_name) else \
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", dataset_name)
+    parts = os.path.basename(os.path.normpath(dataset_name)).split("_")
     if not os.path.isfile(os.path.join(data_dir, "meta.json")) and len(parts) == 3 and parts[0] == "passkey":
         from data.passkey import build_dataset
         print(f"making the synthetic passkey set {data_dir} (seconds)")
@@ -232,6 +233,15 @@ def plot_history(history, path):
 def train(cfg):
     """Run training with the config dict cfg (as get_config returns). Returns the final eval losses."""
     cfg = dict(cfg)
+    for key in ("batch_size", "block_size", "gradient_accumulation_steps", "eval_interval", "eval_iters"):
+        if cfg[key] < 1:
+            raise ValueError(f"{key} must be >= 1, got {cfg[key]}")
+    if cfg["vocab_size"] is not None and (isinstance(cfg["vocab_size"], bool) or not isinstance(cfg["vocab_size"], int)):
+        raise ValueError(f"vocab_size must be an integer (or unset: the dataset's), got {cfg['vocab_size']!r}")
+    if cfg["dtype"] not in ("auto", "float32", "bfloat16", "float16"):
+        raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {cfg['dtype']!r}")
+    if cfg["device"].startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={cfg['device']} but this torch sees no CUDA GPU: use --device=cpu (or auto)")
     cfg["lr_decay_iters"] = cfg["lr_decay_iters"] or cfg["max_iters"]
     cfg["min_lr"] = cfg["learning_rate"] / 10 if cfg["min_lr"] is None else cfg["min_lr"]
     # DDP: launched by torchrun, which sets RANK, LOCAL_RANK and WORLD_SIZE
@@ -270,6 +280,12 @@ def train(cfg):
         torch.distributed.barrier()
         data_dir, meta = prepare_data(cfg["dataset"])
 
+    if "example_len" in meta and cfg["block_size"] > meta["example_len"] - 1:
+        raise ValueError(f"{data_dir} holds examples of {meta['example_len'] - 1} tokens (+1 for the targets), shorter "
+                         f"than block_size={cfg['block_size']}: use --block_size<={meta['example_len'] - 1} or a "
+                         f"passkey set of that length (--dataset=passkey_{meta['tokenizer']}_{cfg['block_size']}, "
+                         f"made on the fly)")
+
     # model: from scratch or resumed from out_dir/ckpt.pt
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
     ckpt = None
@@ -281,6 +297,11 @@ def train(cfg):
             raise ValueError(f"the checkpoint was trained with the {ckpt['tokenizer']!r} tokenizer but dataset "
                              f"{cfg['dataset']!r} uses {meta['tokenizer']!r}: pick a dataset in the checkpoint's tokenizer")
         model_args = ckpt["model_args"]
+        ignored = [f"{k}={cfg[k]!r} (checkpoint: {v!r})" for k, v in model_args.items()
+                   if cfg.get(k) is not None and cfg[k] != v]
+        if ignored and master:
+            print(f"resume: the model is the checkpoint's; ignoring {', '.join(ignored)}")
+        cfg.update({k: v for k, v in model_args.items() if k in cfg})
     elif cfg["init_from"] == "scratch":
         vocab = cfg["vocab_size"] or meta["vocab_size"]
         if cfg["vocab_size"] is None and meta["vocab_size"] > 1000:
@@ -305,6 +326,8 @@ def train(cfg):
         if device_type == "cuda" and ckpt.get("rng_cuda") is not None:
             torch.cuda.set_rng_state(ckpt["rng_cuda"])
         ckpt = None  # free memory
+        if master:
+            print(f"resuming {ckpt_path} at iteration {iter_num} of {cfg['max_iters']}")
     scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
     raw_model = model
     if cfg["compile"]:
@@ -360,6 +383,7 @@ def train(cfg):
         # evaluate and checkpoint (not at the iteration a resumed run starts from: it did that already)
         if iter_num % cfg["eval_interval"] == 0 and (iter_num != start_iter or iter_num == 0) or iter_num == cfg["max_iters"]:
             if master:
+                t_eval = time.time()
                 losses = estimate_loss()
                 history.append([iter_num, losses["train"], losses["val"]])
                 log(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
@@ -370,6 +394,7 @@ def train(cfg):
                 best_val_loss = min(best_val_loss, losses["val"])
                 if iter_num > 0 and (cfg["always_save_checkpoint"] or losses["val"] <= best_val_loss):
                     save_checkpoint(ckpt_path, checkpoint())
+                t_last += time.time() - t_eval  # tok_s counts training time only
             if ddp:
                 torch.distributed.barrier()
         if iter_num >= cfg["max_iters"] or cfg["eval_only"]:

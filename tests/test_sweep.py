@@ -9,10 +9,10 @@ from sweep import VARIANTS, name_of, markdown_table
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_quick_sweep_end_to_end(tmp_path):
+def test_quick_sweep_end_to_end(tmp_path, shakespeare_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "sweep.py", "--quick", f"--out_dir={tmp_path}"], cwd=ROOT,
-                       capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run([sys.executable, "sweep.py", "--quick", f"--out_dir={tmp_path}", f"--input={shakespeare_path}"],
+                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     md = (tmp_path / "results.md").read_text()
     passkey_part, ppl_part = md.split("## Perplexity")

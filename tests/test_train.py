@@ -127,6 +127,35 @@ def test_missing_data_names_the_command(tmp_path):
         run(["--max_iters=1"], tmp_path, str(tmp_path / "nothing_here"))
 
 
+@pytest.mark.parametrize("arg, message", [("--dtype=float64", "dtype must be auto, float32"),
+                                          ("--batch_size=0", "batch_size must be >= 1"),
+                                          ("--n_layer=0", "n_layer must be a positive integer"),
+                                          ("--vocab_size=abc", "vocab_size must be an integer")])
+def test_bad_run_settings_are_refused(tmp_path, shakespeare_byte, arg, message):
+    with pytest.raises(ValueError, match=message):
+        run(["--max_iters=1", arg], tmp_path, shakespeare_byte)
+
+
+def test_passkey_set_relative_path_and_block_size_check(tmp_path):
+    from data.passkey import build_dataset
+    data_dir = tmp_path / "passkey_byte_256"
+    build_dataset("byte", 256, n_train=8, n_val=4, seed=0, out_dir=str(data_dir))
+    rel = os.path.relpath(data_dir)  # a path relative to the working directory, not under data/
+    run(["--max_iters=1", "--eval_interval=1"], tmp_path / "ok", rel)
+    assert (tmp_path / "ok" / "ckpt.pt").is_file()
+    with pytest.raises(ValueError, match="examples of 256 tokens.*passkey_byte_300"):
+        run(["--max_iters=1", "--block_size=300"], tmp_path / "long", rel)
+
+
+def test_resume_keeps_the_checkpoint_model_and_says_so(tmp_path, shakespeare_byte, capsys):
+    run(["--max_iters=2", "--eval_interval=2"], tmp_path, shakespeare_byte)
+    run(["--max_iters=4", "--eval_interval=2", "--init_from=resume", "--n_layer=3"], tmp_path, shakespeare_byte)
+    out = capsys.readouterr().out
+    assert "ignoring n_layer=3 (checkpoint: 2)" in out and "resuming" in out and "at iteration 2 of 4" in out
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert ckpt["config"]["n_layer"] == ckpt["model_args"]["n_layer"] == 2
+
+
 def test_ddp_two_processes_gloo(tmp_path, shakespeare_byte):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py"] + TINY + [
         f"--out_dir={tmp_path}", f"--dataset={shakespeare_byte}", "--max_iters=3", "--eval_interval=3",
