@@ -87,13 +87,21 @@ CONFIG_KEYS = [k for k, v in list(globals().items())
 MODEL_KEYS = [f.name for f in fields(GPTConfig)]
 
 
+# the type a value must have for the keys whose default is None (unset)
+NONE_DEFAULT_TYPES = {"wandb_run_name": str, "vocab_size": int, "lr_decay_iters": int, "min_lr": float}
+
+
 def parse_value(key, text, default):
     """Convert the string of --key=value to the type of the key's default.
 
     bool: True/False (also true/false, 1/0); int: an integer literal; float: any
-    number (so --learning_rate=1 works); str: taken as is; a None default: a
-    Python literal if it parses, else the string. Raises ValueError naming the key.
+    number (so --learning_rate=1 works); str: taken as is; a None default: the
+    type in NONE_DEFAULT_TYPES (or None). Raises ValueError naming the key.
     """
+    if default is None:
+        default = NONE_DEFAULT_TYPES.get(key, str)()  # a sample of the expected type: "", 0 or 0.0
+        if text == "None":
+            return None
     if isinstance(default, bool):
         if text.lower() in ("true", "1"):
             return True
@@ -105,16 +113,18 @@ def parse_value(key, text, default):
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        if default is None:
-            return text
         raise ValueError(f"--{key} expects {type(default).__name__}, got {text!r}") from None
     return check_type(key, value, default)
 
 
 def check_type(key, value, default):
-    """Return value if it fits the type of default (int is accepted for float); else ValueError."""
-    if default is None or value is None:
+    """Return value if it fits the type of default (int is accepted for float); else ValueError.
+
+    For a None default the type comes from NONE_DEFAULT_TYPES (keys not there take any value)."""
+    if value is None or (default is None and key not in NONE_DEFAULT_TYPES):
         return value
+    if default is None:
+        default = NONE_DEFAULT_TYPES[key]()
     if isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if type(value) is not type(default) and not (isinstance(default, str) and key == "bam_scale_init"):
@@ -233,11 +243,9 @@ def plot_history(history, path):
 def train(cfg):
     """Run training with the config dict cfg (as get_config returns). Returns the final eval losses."""
     cfg = dict(cfg)
-    for key in ("batch_size", "block_size", "gradient_accumulation_steps", "eval_interval", "eval_iters"):
+    for key in ("batch_size", "gradient_accumulation_steps", "eval_interval", "eval_iters"):  # model sizes: GPTConfig
         if cfg[key] < 1:
             raise ValueError(f"{key} must be >= 1, got {cfg[key]}")
-    if cfg["vocab_size"] is not None and (isinstance(cfg["vocab_size"], bool) or not isinstance(cfg["vocab_size"], int)):
-        raise ValueError(f"vocab_size must be an integer (or unset: the dataset's), got {cfg['vocab_size']!r}")
     if cfg["dtype"] not in ("auto", "float32", "bfloat16", "float16"):
         raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {cfg['dtype']!r}")
     if cfg["device"].startswith("cuda") and not torch.cuda.is_available():
@@ -303,7 +311,7 @@ def train(cfg):
             print(f"resume: the model is the checkpoint's; ignoring {', '.join(ignored)}")
         cfg.update({k: v for k, v in model_args.items() if k in cfg})
     elif cfg["init_from"] == "scratch":
-        vocab = cfg["vocab_size"] or meta["vocab_size"]
+        vocab = meta["vocab_size"] if cfg["vocab_size"] is None else cfg["vocab_size"]
         if cfg["vocab_size"] is None and meta["vocab_size"] > 1000:
             vocab = (vocab + 63) // 64 * 64  # pad GPT-2's 50257 to 50304 for faster matmuls
         if vocab < meta["vocab_size"]:

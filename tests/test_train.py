@@ -24,6 +24,7 @@ def test_overrides_and_types():
     assert cfg["pos"] == "alibi" and cfg["ssmax"] is False and cfg["n_layer"] == 3
     assert cfg["learning_rate"] == 1.0 and isinstance(cfg["learning_rate"], float)
     assert cfg["lr_decay_iters"] == 500  # a key whose default is None can be set
+    assert train.get_config(["--min_lr=1", "--wandb_run_name=run 1", "--vocab_size=None"], DEFAULTS)["min_lr"] == 1.0
     assert cfg["bam_scale_init"] == "0.05"
     assert cfg["max_iters"] == DEFAULTS["max_iters"]
 
@@ -34,6 +35,8 @@ def test_overrides_and_types():
     ("--ssmax=maybe", "ssmax expects True or False"),
     ("--learning_rate=fast", "learning_rate expects float"),
     ("--pos", "malformed argument"),
+    ("--vocab_size=abc", "vocab_size expects int"),  # keys whose default is None are typed too
+    ("--min_lr=low", "min_lr expects float"),
 ])
 def test_bad_arguments_are_refused(arg, message):
     with pytest.raises(ValueError, match=message):
@@ -130,7 +133,7 @@ def test_missing_data_names_the_command(tmp_path):
 @pytest.mark.parametrize("arg, message", [("--dtype=float64", "dtype must be auto, float32"),
                                           ("--batch_size=0", "batch_size must be >= 1"),
                                           ("--n_layer=0", "n_layer must be a positive integer"),
-                                          ("--vocab_size=abc", "vocab_size must be an integer")])
+                                          ("--vocab_size=0", "vocab_size=0 is smaller than the dataset")])
 def test_bad_run_settings_are_refused(tmp_path, shakespeare_byte, arg, message):
     with pytest.raises(ValueError, match=message):
         run(["--max_iters=1", arg], tmp_path, shakespeare_byte)
