@@ -4,6 +4,7 @@ Speed and memory of the fused attention kernels (kernels.py) against the baselin
     python3 bench.py                                   # T = 1k..64k, D = 64 and 128, bf16
     python3 bench.py --seqlens 1024 8192 --head-dims 64 --out docs/bench.md
     python3 bench.py --smoke                           # one tiny size; on CPU under TRITON_INTERPRET=1
+    python3 bench.py --sass --head-dims 64 128         # no GPU needed: compile for sm_90, count instructions
 
 Methods, all causal: sdpa_flash (F.scaled_dot_product_attention, flash backend: the baseline),
 bam and bam_ssmax (kernels.bam_attention, SPEC §1/§2), tapa (kernels.tapa_attention, SPEC §3),
@@ -19,10 +20,15 @@ Times are medians of triton.testing.do_bench (ms); the forward is timed under to
 "×sdpa" is the time over sdpa_flash's in the same run. Peak memory: torch.cuda.max_memory_allocated
 during one fwd+bwd call minus the memory allocated before it (inputs not counted), in MiB.
 Rows are printed as they are measured, so a run cut short still leaves a partial table.
+
+--sass compiles the four bf16 kernels for an H100/H200 (sm_90) with triton's bundled ptxas, on any
+machine, and counts instructions in their machine code: a static check of a kernel change
+(tensor-core dots, MUFU ops, local memory, shared memory), not a timing.
 """
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -42,6 +48,7 @@ def parse_args():
     p.add_argument("--width", type=int, default=2048, help="H = width // D")
     p.add_argument("--out", default=None, help="also write the report (markdown) to this file")
     p.add_argument("--smoke", action="store_true", help="one tiny size, to check that the script runs (CPU ok)")
+    p.add_argument("--sass", action="store_true", help="compile for sm_90 and count machine instructions (no GPU)")
     return p.parse_args()
 
 
@@ -91,6 +98,50 @@ def make_methods(names, H, T, device):
     methods["ref_bam"] = (lambda q, k, v: bam_attention_ref(q, k, v, log_scale, shape, chunk_size=T),
                           [log_scale, shape])
     return {n: methods[n] for n in names}
+
+
+SASS_OPS = ["HGMMA", "HMMA", "MUFU.EX2", "MUFU.LG2", "MUFU.COS", "MUFU.SIN", "LDL", "STL"]
+
+
+def sm90_machine_code(D):
+    """Compile the bf16 kernels of head dim D for sm_90 (H100/H200) on this machine, no GPU needed, with
+    the launch options kernels.py uses, and count instructions in their machine code (SASS).
+
+    Returns {kernel name: {"instructions": n, op: n for op in SASS_OPS, "shared_KiB": x}}: HGMMA are
+    Hopper's wgmma tensor-core dots (HMMA the older, slower path), MUFU the special-function unit
+    (exp2/log2/cos/sin; 16 results per clock per SM, against 128 FMAs), LDL/STL local-memory loads
+    and stores (register spills). Counts are of the whole kernel, loop bodies once.
+    Raises ImportError without triton's NVIDIA backend; needs TRITON_INTERPRET unset or 0.
+    """
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    import kernels
+    if kernels.INTERPRET:
+        raise RuntimeError("sm90_machine_code compiles the kernels: unset TRITON_INTERPRET")
+    fwd, bwd = kernels._launch_kwargs(torch.empty(1, 1, 1, D, dtype=torch.bfloat16))
+    d_amp = kernels.tapa_split(D, 0.5)
+    tapa = dict(D=D, D_AMP=d_amp, DA=max(16, triton.next_power_of_2(d_amp)),
+                DP=max(16, triton.next_power_of_2(D - d_amp)))
+    bam = dict(HAS_SSMAX=True, D=D)
+    stats = {}
+    for fn, consts, kw in [(kernels._bam_fwd, bam, fwd), (kernels._bam_bwd, bam, bwd),
+                           (kernels._tapa_fwd, tapa, fwd), (kernels._tapa_bwd, tapa, bwd)]:
+        options = {k: v for k, v in kw.items() if k in ("num_warps", "num_stages", "enable_fp_fusion")}
+        consts = dict(consts, **{k: v for k, v in kw.items() if k not in options})
+        # arguments: constexprs, the ints q_offset, Tq, Tk, H, the other capitalized ones pointers, else fp32
+        sig = {n: "constexpr" if n in consts else "i32" if n in ("q_offset", "Tq", "Tk", "H") else
+               ("*fp32" if n in ("LSE", "DELTA", "PRM", "DPRM") else "*bf16") if n.isupper() else "fp32"
+               for n in fn.arg_names}
+        aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n][0] == "*"}
+        k = triton.compile(ASTSource(fn, sig, consts, aligned), target=GPUTarget("cuda", 90, 32), options=options)
+        sass = k.asm["sass"]  # disassembly: one instruction a line, each ending in ";"
+        opcodes = re.findall(r"\b(?:HGMMA|HMMA|MUFU\.[A-Z0-9]+|LDL|STL)\b", sass)
+        stats[fn.__name__] = dict(instructions=sass.count(";"), **{op: opcodes.count(op) for op in SASS_OPS},
+                                  shared_KiB=k.metadata.shared / 1024)
+    return stats
 
 
 def time_ms(fn, cuda, grad_to_none=None):
@@ -156,8 +207,38 @@ def fmt(x, spec):
     return "-" if x is None else (x if isinstance(x, str) else format(x, spec))
 
 
+def write_report(lines, out):
+    """Write the report's lines (markdown) to the file out."""
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {out}")
+
+
+def sass_report(args):
+    """--sass: the table of sm90_machine_code for each of args.head_dims."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        sys.exit("bench.py --sass compiles the kernels: run it without TRITON_INTERPRET=1")
+    import triton
+    lines = ["# Machine code of the kernels for sm_90 (compiled on the CPU, not timed)", "",
+             f"- triton {triton.__version__}, bf16, launch options of kernels._launch_kwargs",
+             f"- command: `{os.path.basename(sys.executable)} {' '.join(sys.argv)}`",
+             "- counts of SASS instructions in the whole kernel (loop bodies once); shared memory in KiB", "",
+             "| kernel | D | instructions | " + " | ".join(SASS_OPS) + " | shared KiB |",
+             "|---|---|---|" + "---|" * len(SASS_OPS) + "---|"]
+    for D in args.head_dims:
+        for name, s in sm90_machine_code(D).items():
+            lines.append(f"| {name} | {D} | {s['instructions']} | " + " | ".join(str(s[op]) for op in SASS_OPS)
+                         + f" | {s['shared_KiB']:.1f} |")
+    print("\n".join(lines))
+    if args.out:
+        write_report(lines, args.out)
+
+
 def main():
     args = parse_args()
+    if args.sass:
+        return sass_report(args)
     import torch
     cuda = torch.cuda.is_available()
     if not cuda and not args.smoke:
@@ -205,13 +286,10 @@ def main():
                 rows.append(row)
                 print(row, flush=True)
             del q, k, v
-    footer = f"\n(total {time.time() - t_start:.0f} s)"
-    print(footer)
+    footer = ["", f"(total {time.time() - t_start:.0f} s)"]
+    print("\n".join(footer))
     if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write("\n".join(header + rows) + "\n" + footer + "\n")
-        print(f"wrote {args.out}")
+        write_report(header + rows + footer, args.out)
 
 
 if __name__ == "__main__":

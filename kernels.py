@@ -38,6 +38,7 @@ from attention_tapa import tapa_split
 try:
     import triton
     import triton.language as tl
+    from triton.language.extra.cuda import libdevice
     HAS_TRITON = True
 except ImportError:  # keep the module importable; the wrappers raise a clear error
     import types
@@ -50,14 +51,20 @@ HEAD_DIMS = (16, 32, 64, 128)
 LOG2E = tl.constexpr(1.4426950408889634)  # the softmax runs on exp2: exp(z) = exp2(z·log2 e)
 LN2 = tl.constexpr(0.6931471805599453)
 TWO_PI = tl.constexpr(6.283185307179586)
+# Compiled for a GPU, log2/cos/sin of the tiles use the hardware approximations (one MUFU instruction
+# each: lg2.approx, cos.approx, sin.approx, as tl.exp2 already does with ex2.approx). tl.log2/cos/sin
+# call libdevice's correctly rounded versions: 15-40 instructions an element, and cos/sin a slow
+# path through local memory for large angles. The interpreter cannot call libdevice and keeps tl.*.
+FAST_MATH = tl.constexpr(HAS_TRITON and not INTERPRET)
 
 
 def _launch_kwargs(q):
     """Tile sizes and launch options for q's dtype: (forward kwargs, backward kwargs).
 
     fp16/bf16 on a GPU: 128×64 forward tiles, (32, 128, 128, 32) backward tiles, 8 warps, 3 stages,
-    for every head dim. Compiled for sm_90 (ptxas -v, no GPU run yet) this spills no registers,
-    except the TAPA backward at D = 128 (< 1 KB), and takes at most 172 KiB of shared memory.
+    for every head dim. Compiled for sm_90 (on the CPU, no GPU run yet) the dots are wgmma (HGMMA),
+    log2/cos/sin one MUFU op each (FAST_MATH), nothing spills to local memory except 11 words
+    of the TAPA backward at D = 128, and shared memory takes at most 128 KiB (docs/sass.md).
     fp32: exact ("ieee", not TF32) dots, which need small tiles to fit in registers; this path is
     for checks, not speed. The interpreter gets 16×16 tiles (tl.dot's minimum) so that small
     tests cover tile tails.
@@ -68,12 +75,42 @@ def _launch_kwargs(q):
         (bm, bn), (bm1, bn1, bm2, bn2), warps, stages = (32, 32), (16, 32, 32, 16), 4, 2
     else:
         (bm, bn), (bm1, bn1, bm2, bn2), warps, stages = (128, 64), (32, 128, 128, 32), 8, 3
-    common = dict(num_warps=warps, num_stages=stages, DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32")
+    # enable_fp_fusion: a·b + c as one FMA, said explicitly (triton 3.10 turns it off by default)
+    common = dict(num_warps=warps, num_stages=stages, enable_fp_fusion=True,
+                  DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32")
     return (dict(BLOCK_M=bm, BLOCK_N=bn, **common),
             dict(BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2, **common))
 
 
 # ----------------------------------------------------------------------------- shared helpers
+
+@triton.jit
+def _log2(x):
+    """log2 of an fp32 tile: lg2.approx on a GPU (relative error about 2^-22), tl.log2 in the interpreter."""
+    if FAST_MATH:
+        return libdevice.fast_log2f(x)
+    else:
+        return tl.log2(x)
+
+
+@triton.jit
+def _cos(x):
+    """cos of an fp32 tile (radians): cos.approx on a GPU (absolute error about 2^-21 plus |x|·2^-24 from
+    the reduction of x to a turn, the size of x's own fp32 rounding), tl.cos in the interpreter."""
+    if FAST_MATH:
+        return libdevice.fast_cosf(x)
+    else:
+        return tl.cos(x)
+
+
+@triton.jit
+def _sin(x):
+    """sin of an fp32 tile (radians), as _cos."""
+    if FAST_MATH:
+        return libdevice.fast_sinf(x)
+    else:
+        return tl.sin(x)
+
 
 @triton.jit
 def _tile(rows, n_rows, ROW_LEN: tl.constexpr, COL0: tl.constexpr, N_COLS: tl.constexpr, WIDTH: tl.constexpr):
@@ -133,7 +170,7 @@ def _bam_logits(x, y, delta, f2, c, beta, mu, sm_scale, eps, DOT_PREC: tl.conste
     Returns z = f2·(s + b) (logits in log2 units), s = x·yᵀ/√D, the bias b = −c·(|Δ − μ| + ε)^β
     computed as exp2(β·log2(|Δ − μ| + ε)), and log2(|Δ − μ| + ε) (for d/dβ)."""
     s = tl.dot(x, tl.trans(y), input_precision=DOT_PREC) * sm_scale
-    log2_dist = tl.log2(tl.abs(delta.to(tl.float32) - mu) + eps)
+    log2_dist = _log2(tl.abs(delta.to(tl.float32) - mu) + eps)
     b = -c * tl.exp2(beta * log2_dist)
     return f2 * (s + b), s, b, log2_dist
 
@@ -145,7 +182,7 @@ def _tapa_terms(xa, xp, ya, yp, dist, amp_scale, ph_scale, alpha, w_diag, DOT_PR
     w = 2π·dist^α (w_diag at dist = 0) and the angle w·φ, φ = xp·ypᵀ/√(D − d_amp); score = a·cos(w·φ)."""
     amp = tl.dot(xa, tl.trans(ya), input_precision=DOT_PREC) * amp_scale
     phi = tl.dot(xp, tl.trans(yp), input_precision=DOT_PREC) * ph_scale
-    dist_pow = tl.exp2(alpha * tl.log2(tl.maximum(dist, 1).to(tl.float32)))  # dist^α, as exp2(α·log2 dist)
+    dist_pow = tl.exp2(alpha * _log2(tl.maximum(dist, 1).to(tl.float32)))  # dist^α, as exp2(α·log2 dist)
     w = tl.where(dist == 0, w_diag, TWO_PI * dist_pow)
     return amp, w, w * phi
 
@@ -312,7 +349,7 @@ def _tapa_fwd(Q, K, V, O, LSE, q_offset, Tq, Tk, amp_scale, ph_scale, alpha, w_d
         v = _load(V, offs_n, Tk, D, 0, D, D)
         amp, _, angle = _tapa_terms(q_a, q_p, k_a, k_p, pos_i[:, None] - offs_n[None, :], amp_scale, ph_scale,
                                     alpha, w_diag, DOT_PREC)  # (BLOCK_M, BLOCK_N)
-        z = tl.where(offs_n[None, :] <= pos_i[:, None], amp * tl.cos(angle) * LOG2E, float("-inf"))
+        z = tl.where(offs_n[None, :] <= pos_i[:, None], amp * _cos(angle) * LOG2E, float("-inf"))
         m_i, l_i, acc = _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC)
     _store(O, acc / l_i[:, None], offs_m, Tq, D, 0, D, D)
     tl.store(LSE + offs_m, m_i + tl.log2(l_i), mask=offs_m < Tq)
@@ -347,13 +384,13 @@ def _tapa_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, q_offset, Tq, Tk, amp_scale, 
             Di = tl.load(DELTA + offs_m, mask=offs_m < Tq, other=0.0)
             ampT, wT, angleT = _tapa_terms(k_a, k_p, q_a, q_p, pos_i[None, :] - offs_n[:, None], amp_scale, ph_scale,
                                            alpha, w_diag, DOT_PREC)  # (BLOCK_N1, BLOCK_M1)
-            cosT = tl.cos(angleT)
+            cosT = _cos(angleT)
             maskT = (offs_n[:, None] <= pos_i[None, :]) & (offs_m[None, :] < Tq)
             pT = tl.exp2(tl.where(maskT, ampT * cosT * LOG2E - lse[None, :], float("-inf")))
             dv += tl.dot(pT.to(do.dtype), do, input_precision=DOT_PREC)
             dsT = pT * (tl.dot(v, tl.trans(do), input_precision=DOT_PREC) - Di[None, :])
             dk_a += tl.dot((dsT * cosT * amp_scale).to(q_a.dtype), q_a, input_precision=DOT_PREC)
-            dk_p += tl.dot((-dsT * ampT * wT * tl.sin(angleT) * ph_scale).to(q_p.dtype), q_p, input_precision=DOT_PREC)
+            dk_p += tl.dot((-dsT * ampT * wT * _sin(angleT) * ph_scale).to(q_p.dtype), q_p, input_precision=DOT_PREC)
         _store_split(DK, dk_a, dk_p, offs_n, Tk, D, D_AMP, DA, DP)
         _store(DV, dv, offs_n, Tk, D, 0, D, D)
 
@@ -376,12 +413,12 @@ def _tapa_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, q_offset, Tq, Tk, amp_scale, 
             v = _load(V, offs_n, Tk, D, 0, D, D)
             amp, w, angle = _tapa_terms(q_a, q_p, k_a, k_p, pos_i[:, None] - offs_n[None, :], amp_scale, ph_scale,
                                         alpha, w_diag, DOT_PREC)  # (BLOCK_M2, BLOCK_N2)
-            cos = tl.cos(angle)
+            cos = _cos(angle)
             mask = (offs_n[None, :] <= pos_i[:, None]) & row_ok[:, None]
             p = tl.exp2(tl.where(mask, amp * cos * LOG2E - lse[:, None], float("-inf")))
             ds = p * (tl.dot(do, tl.trans(v), input_precision=DOT_PREC) - Di[:, None])
             dq_a += tl.dot((ds * cos * amp_scale).to(k_a.dtype), k_a, input_precision=DOT_PREC)
-            dq_p += tl.dot((-ds * amp * w * tl.sin(angle) * ph_scale).to(k_p.dtype), k_p, input_precision=DOT_PREC)
+            dq_p += tl.dot((-ds * amp * w * _sin(angle) * ph_scale).to(k_p.dtype), k_p, input_precision=DOT_PREC)
         _store_split(DQ, dq_a, dq_p, offs_m, Tq, D, D_AMP, DA, DP)
 
 

@@ -21,6 +21,7 @@ TRITON_IMPORTED_TOO_EARLY = not ON_GPU and "triton" in sys.modules and os.enviro
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton/kernels are imported: kernels then run on CPU tensors
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -253,38 +254,27 @@ def test_bench_smoke():
     assert time.time() - t0 < 180
 
 
-COMPILE_FOR_SM90 = r"""
-import torch, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-import kernels
-fwd, bwd = kernels._launch_kwargs(torch.empty(1, 1, 1, 64, dtype=torch.bfloat16))
-tapa = dict(D=64, D_AMP=32, DA=32, DP=32)
-bam = dict(HAS_SSMAX=True, D=64)
-for fn, consts, kw in [(kernels._bam_fwd, bam, fwd), (kernels._bam_bwd, bam, bwd),
-                       (kernels._tapa_fwd, tapa, fwd), (kernels._tapa_bwd, tapa, bwd)]:
-    consts = dict(consts, **{k: v for k, v in kw.items() if not k.startswith("num_")})
-    sig = {n: "constexpr" if n in consts else "i32" if n in ("q_offset", "Tq", "Tk", "H") else
-           ("*fp32" if n in ("LSE", "DELTA", "PRM", "DPRM") else "*bf16") if n[0].isupper() else "fp32"
-           for n in fn.arg_names}
-    aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n][0] == "*"}
-    k = triton.compile(ASTSource(fn, sig, consts, aligned), target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=kw["num_warps"], num_stages=kw["num_stages"]))
-    assert k.metadata.shared <= 227 * 1024, (fn.__name__, k.metadata.shared)
-    print(fn.__name__, "shared", k.metadata.shared)
-"""
-
-
 def test_kernels_compile_for_sm90():
-    """The interpreter does not compile: build the bf16, D = 64 kernels for an H100 (sm_90) on the CPU."""
+    """The interpreter does not compile: build the bf16 kernels (D = 64) for an H100 (sm_90) on the CPU and
+    read their machine code (bench.sm90_machine_code): the dots are Hopper's wgmma (HGMMA), log2/cos/sin
+    one MUFU op each (kernels.FAST_MATH), nothing goes through local memory (no register spills, no
+    libdevice slow path of cos/sin), shared memory fits the 227 KiB of a Hopper SM."""
     try:
         import triton.backends.nvidia.compiler  # noqa: F401
     except ImportError as e:
         pytest.skip(f"triton has no NVIDIA backend here: {e}")
     env = dict(os.environ, TRITON_INTERPRET="0")
-    res = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=300)
+    code = "import bench, json; print(json.dumps(bench.sm90_machine_code(64)))"
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    stats = json.loads(res.stdout.strip().splitlines()[-1])
+    assert sorted(stats) == ["_bam_bwd", "_bam_fwd", "_tapa_bwd", "_tapa_fwd"]
+    for name, s in stats.items():
+        needed = ["HGMMA", "MUFU.EX2", "MUFU.LG2"] + (["MUFU.COS"] if "tapa" in name else [])
+        needed += ["MUFU.SIN"] if name == "_tapa_bwd" else []
+        assert all(s[op] > 0 for op in needed), (name, s)
+        assert s["HMMA"] == s["LDL"] == s["STL"] == 0, (name, s)
+        assert 0 < s["shared_KiB"] <= 227, (name, s)
 
 
 # ---------------------------------------------------------------- wired into the model
