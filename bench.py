@@ -19,7 +19,7 @@ and model width 2048 (H = 2048 // D), so B·H = 512 at T = 1k, D = 64, and B = 1
 Times are medians of triton.testing.do_bench (ms); the forward is timed under torch.no_grad().
 "×sdpa" is the time over sdpa_flash's in the same run. Peak memory: torch.cuda.max_memory_allocated
 during one fwd+bwd call minus the memory allocated before it (inputs not counted), in MiB.
-Rows are printed as they are measured, so a run cut short still leaves a partial table.
+Rows are printed (and --out rewritten) as they are measured: a run cut short leaves a partial table.
 
 --sass compiles the four bf16 kernels for an H100/H200 (sm_90) with triton's bundled ptxas, on any
 machine, and counts instructions in their machine code: a static check of a kernel change
@@ -208,11 +208,10 @@ def fmt(x, spec):
 
 
 def write_report(lines, out):
-    """Write the report's lines (markdown) to the file out."""
+    """Write the report's lines (markdown) to the file out, replacing it."""
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
-    print(f"wrote {out}")
 
 
 def sass_report(args):
@@ -233,6 +232,7 @@ def sass_report(args):
     print("\n".join(lines))
     if args.out:
         write_report(lines, args.out)
+        print(f"wrote {args.out}")
 
 
 def main():
@@ -285,11 +285,14 @@ def main():
                        f"{fmt(res[1], '.3f')} | {fmt(ratio[1], '.2f')} | {fmt(res[2], '.0f')} |")
                 rows.append(row)
                 print(row, flush=True)
+                if args.out:  # after every row: a run stopped by a time limit keeps what it measured
+                    write_report(header + rows, args.out)
             del q, k, v
     footer = ["", f"(total {time.time() - t_start:.0f} s)"]
     print("\n".join(footer))
     if args.out:
         write_report(header + rows + footer, args.out)
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

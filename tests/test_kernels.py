@@ -185,24 +185,25 @@ def test_tapa_honours_theta_and_alpha():
 # ----------------------------------------------------------------------------- GPU tiles, errors, bench
 
 @pytest.mark.parametrize("D,gpu_dtype", [(64, torch.bfloat16), (128, torch.bfloat16), (64, torch.float32)])
-def test_gpu_tile_sizes_under_interpreter(D, gpu_dtype, monkeypatch):
-    """The GPU tile table (large, unequal tiles) with tails and a q_offset, on CPU."""
-    if ON_GPU:
-        pytest.skip("interpreter only: on a GPU every test runs the GPU tiles")
-    monkeypatch.setattr(kernels, "INTERPRET", False)
-    gpu_kwargs = kernels._launch_kwargs(torch.empty(1, 1, 1, D, dtype=gpu_dtype))
-    monkeypatch.setattr(kernels, "INTERPRET", True)
-    monkeypatch.setattr(kernels, "_launch_kwargs", lambda q: gpu_kwargs)
-    for Tq, Tk, q_offset in [(150, 150, 0), (70, 200, 100)]:
-        q, k, v = make_qkv(1, 1, Tq, Tk, D)
-        log_scale, shape, ssmax_scale = bam_params(1, 0.5, ssmax=True)
+def test_gpu_tile_sizes(D, gpu_dtype, monkeypatch):
+    """The GPU tile table (large, unequal tiles) over several tiles, with tails and a q_offset: on a GPU with
+    inputs of gpu_dtype (plus T = 1000), on CPU under the interpreter with fp32 inputs and the GPU's tiles."""
+    dtype = gpu_dtype if ON_GPU else torch.float32
+    if not ON_GPU:
+        monkeypatch.setattr(kernels, "INTERPRET", False)
+        gpu_kwargs = kernels._launch_kwargs(torch.empty(1, 1, 1, D, dtype=gpu_dtype))
+        monkeypatch.setattr(kernels, "INTERPRET", True)
+        monkeypatch.setattr(kernels, "_launch_kwargs", lambda q: gpu_kwargs)
+    for Tq, Tk, q_offset in [(150, 150, 0), (70, 200, 100)] + ([(1000, 1000, 0)] if ON_GPU else []):
+        q, k, v = make_qkv(1, 2, Tq, Tk, D, dtype=dtype)
+        log_scale, shape, ssmax_scale = bam_params(2, 0.5, ssmax=True)
         check_against_ref(
             lambda q, k, v, ls, sh, ss: kernels.bam_attention(q, k, v, ls, sh, ssmax_scale=ss, q_offset=q_offset),
             lambda q, k, v, ls, sh, ss: bam_attention_ref(q, k, v, ls, sh, ssmax_scale=ss, q_offset=q_offset),
-            [q, k, v, log_scale, shape, ssmax_scale], RTOL[torch.float32])
+            [q, k, v, log_scale, shape, ssmax_scale], RTOL[dtype])
         check_against_ref(lambda q, k, v: kernels.tapa_attention(q, k, v, q_offset=q_offset),
                           lambda q, k, v: tapa_attention_ref(q, k, v, q_offset=q_offset),
-                          [q, k, v], 2e-4)  # cos(w·φ) amplifies rounding of φ by w ≈ 2π·T^0.1
+                          [q, k, v], max(RTOL[dtype], 2e-4))  # cos(w·φ) amplifies rounding of φ by w ≈ 2π·T^0.1
 
 
 def _bam(q, k, v, H=2, **kw):
@@ -243,14 +244,18 @@ def test_error_without_triton(monkeypatch):
         _bam(*make_qkv(1, 2, 8, 8, 16))
 
 
-def test_bench_smoke():
-    """bench.py --smoke runs one tiny size (on CPU: under the interpreter) through the benchmark's code path."""
+def test_bench_smoke(tmp_path):
+    """bench.py --smoke runs one tiny size (on CPU: under the interpreter) through the benchmark's code path,
+    and writes the table to --out."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # bench.py decides
     t0 = time.time()
     res = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--smoke", "--methods", "sdpa_flash", "bam",
-                          "bam_ssmax", "tapa", "ref_bam"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+                          "bam_ssmax", "tapa", "ref_bam", "--out", str(tmp_path / "bench.md")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "| bam |" in res.stdout and "| tapa |" in res.stdout and "error" not in res.stdout, res.stdout
+    report = (tmp_path / "bench.md").read_text()
+    assert all(f"| 40 | 16 | 1×2 | {m} |" in report for m in ("bam", "bam_ssmax", "tapa", "ref_bam")), report
     assert time.time() - t0 < 180
 
 
