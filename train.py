@@ -19,6 +19,7 @@ import math
 import os
 import sys
 import time
+import traceback
 from contextlib import nullcontext
 from dataclasses import fields
 
@@ -447,7 +448,13 @@ def main():
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"train.py: {e}")
     print(json.dumps(cfg))
-    train(cfg)
+    try:
+        train(cfg)
+    except (ValueError, FileNotFoundError) as e:
+        where = os.path.abspath(traceback.extract_tb(e.__traceback__)[-1].filename)
+        if not where.startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep):
+            raise  # raised inside torch or another library: keep the traceback
+        sys.exit(f"train.py: {e}")  # a check of nanoPE's own (config, data, model sizes): its message names the fix
 
 
 if __name__ == "__main__":

@@ -61,9 +61,14 @@ def test_presets_parse():
             train.get_config([os.path.join(ROOT, "config", name)], DEFAULTS)
 
 
-def test_cli_reports_errors_cleanly():
-    r = subprocess.run([sys.executable, "train.py", "--nlayer=2"], cwd=ROOT, capture_output=True, text=True)
-    assert r.returncode != 0 and "unknown key 'nlayer'" in r.stderr and "Traceback" not in r.stderr
+@pytest.mark.parametrize("args,message", [
+    (["--nlayer=2"], "unknown key 'nlayer'"),  # the configurator
+    (["--init_from=resume", "--out_dir=no-such-dir"], "no checkpoint at"),  # train()
+    (["--n_layer=0"], "n_layer"),  # GPTConfig in model.py
+])
+def test_cli_reports_errors_cleanly(args, message):
+    r = subprocess.run([sys.executable, "train.py"] + args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
 
 
 def test_lr_schedule_closed_form():
