@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from data.tokenizer import read_meta
-from model import load_checkpoint
+from model import load_checkpoint, run_script
 from passkey import parse_lengths
 
 
@@ -188,4 +188,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -334,3 +334,23 @@ def load_checkpoint(path, device="cpu"):
     model.load_state_dict(state)
     return model.to(device), ckpt
 
+
+
+def run_script(main):
+    """Run a script's main() (train.py, sample.py, passkey.py, eval_ppl.py).
+
+    A ValueError or FileNotFoundError raised by nanoPE's own checks (code in this repository:
+    a bad config, a missing checkpoint or dataset) ends the script with its one-line message,
+    which names the fix, and exit status 1; one raised inside torch or another library keeps
+    its traceback.
+    """
+    import os
+    import sys
+    import traceback
+    try:
+        main()
+    except (ValueError, FileNotFoundError) as e:
+        where = os.path.abspath(traceback.extract_tb(e.__traceback__)[-1].filename)
+        if not where.startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep):
+            raise
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {e}")

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from data.passkey import passkey_depths, passkey_min_length, passkey_prompt, random_key
 from data.tokenizer import get_tokenizer
-from model import load_checkpoint
+from model import load_checkpoint, run_script
 
 
 def parse_lengths(spec, block_size):
@@ -286,4 +286,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -15,7 +15,7 @@ from contextlib import nullcontext
 import torch
 
 from data.tokenizer import get_tokenizer
-from model import load_checkpoint
+from model import load_checkpoint, run_script
 
 
 def read_start(start):
@@ -71,4 +71,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

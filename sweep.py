@@ -25,7 +25,7 @@ import torch
 import train
 from data.shakespeare import load_text, prepare
 from eval_ppl import evaluate_ppl
-from model import load_checkpoint
+from model import load_checkpoint, run_script
 from passkey import run_passkey
 
 VARIANTS = [("nope", False), ("sinusoidal", False), ("learned", False), ("rope", False), ("alibi", False),
@@ -206,4 +206,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -19,7 +19,6 @@ import math
 import os
 import sys
 import time
-import traceback
 from contextlib import nullcontext
 from dataclasses import fields
 
@@ -27,7 +26,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, run_script
 
 # -----------------------------------------------------------------------------
 # defaults: the CPU demo
@@ -443,19 +442,10 @@ def train(cfg):
 
 def main():
     defaults = {k: globals()[k] for k in CONFIG_KEYS}
-    try:
-        cfg = get_config(sys.argv[1:], defaults)
-    except (ValueError, FileNotFoundError) as e:
-        sys.exit(f"train.py: {e}")
+    cfg = get_config(sys.argv[1:], defaults)
     print(json.dumps(cfg))
-    try:
-        train(cfg)
-    except (ValueError, FileNotFoundError) as e:
-        where = os.path.abspath(traceback.extract_tb(e.__traceback__)[-1].filename)
-        if not where.startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep):
-            raise  # raised inside torch or another library: keep the traceback
-        sys.exit(f"train.py: {e}")  # a check of nanoPE's own (config, data, model sizes): its message names the fix
+    train(cfg)
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)  # nanoPE's own errors (bad config, missing data) as one line, no traceback

@@ -61,14 +61,33 @@ def test_presets_parse():
             train.get_config([os.path.join(ROOT, "config", name)], DEFAULTS)
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--nlayer=2"], "unknown key 'nlayer'"),  # the configurator
-    (["--init_from=resume", "--out_dir=no-such-dir"], "no checkpoint at"),  # train()
-    (["--n_layer=0"], "n_layer"),  # GPTConfig in model.py
+@pytest.mark.parametrize("script,args,message", [
+    ("train.py", ["--nlayer=2"], "unknown key 'nlayer'"),  # the configurator
+    ("train.py", ["--init_from=resume", "--out_dir=no-such-dir"], "no checkpoint at"),  # train()
+    ("train.py", ["--n_layer=0"], "n_layer"),  # GPTConfig in model.py
+    ("passkey.py", ["--out_dir=no-such-dir"], "train one first"),  # model.load_checkpoint
+    ("sample.py", ["--out_dir=no-such-dir"], "train one first"),
 ])
-def test_cli_reports_errors_cleanly(args, message):
-    r = subprocess.run([sys.executable, "train.py"] + args, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+def test_cli_reports_errors_cleanly(script, args, message):
+    """nanoPE's own errors end the script with one line (model.run_script), exit status 1, no traceback."""
+    r = subprocess.run([sys.executable, script] + args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and f"{script}: " in r.stderr and message in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def test_run_script_keeps_library_tracebacks():
+    """model.run_script turns a ValueError raised in this repository into a one-line exit, and lets one raised
+    in a file elsewhere (a library) propagate with its traceback."""
+    from model import run_script
+    ns = {}
+    exec(compile("def main():\n    raise ValueError('raised in a library')\n", "/elsewhere/lib.py", "exec"), ns)
+    with pytest.raises(ValueError, match="raised in a library"):
+        run_script(ns["main"])
+
+    def main():  # this file is in the repository
+        raise ValueError("bad setting: use --x=1")
+    with pytest.raises(SystemExit, match="bad setting: use --x=1"):
+        run_script(main)
 
 
 def test_lr_schedule_closed_form():
