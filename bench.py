@@ -107,7 +107,8 @@ def sm90_machine_code(D):
     """Compile the bf16 kernels of head dim D for sm_90 (H100/H200) on this machine, no GPU needed, with
     the launch options kernels.py uses, and count instructions in their machine code (SASS).
 
-    Returns {kernel name: {"instructions": n, op: n for op in SASS_OPS, "shared_KiB": x}}: HGMMA are
+    Returns {kernel name: {"instructions": n (NOP padding included), op: n for op in SASS_OPS,
+    "shared_KiB": x}}: HGMMA are
     Hopper's wgmma tensor-core dots (HMMA the older, slower path), MUFU the special-function unit
     (exp2/log2/cos/sin; 16 results per clock per SM, against 128 FMAs), LDL/STL local-memory loads
     and stores (register spills). Counts are of the whole kernel, loop bodies once.

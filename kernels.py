@@ -53,7 +53,7 @@ LN2 = tl.constexpr(0.6931471805599453)
 TWO_PI = tl.constexpr(6.283185307179586)
 # Compiled for a GPU, log2/cos/sin of the tiles use the hardware approximations (one MUFU instruction
 # each: lg2.approx, cos.approx, sin.approx, as tl.exp2 already does with ex2.approx). tl.log2/cos/sin
-# call libdevice's correctly rounded versions: 15-40 instructions an element, and cos/sin a slow
+# call libdevice's accurate versions (1-2 ulp): 15-40 instructions an element, and cos/sin a slow
 # path through local memory for large angles. The interpreter cannot call libdevice and keeps tl.*.
 FAST_MATH = tl.constexpr(HAS_TRITON and not INTERPRET)
 
@@ -86,7 +86,7 @@ def _launch_kwargs(q):
 
 @triton.jit
 def _log2(x):
-    """log2 of an fp32 tile: lg2.approx on a GPU (relative error about 2^-22), tl.log2 in the interpreter."""
+    """log2 of an fp32 tile: lg2.approx on a GPU (error 2^-22 near 1, 2 ulp elsewhere), tl.log2 in the interpreter."""
     if FAST_MATH:
         return libdevice.fast_log2f(x)
     else:
@@ -95,8 +95,8 @@ def _log2(x):
 
 @triton.jit
 def _cos(x):
-    """cos of an fp32 tile (radians): cos.approx on a GPU (absolute error about 2^-21 plus |x|·2^-24 from
-    the reduction of x to a turn, the size of x's own fp32 rounding), tl.cos in the interpreter."""
+    """cos of an fp32 tile (radians): cos.approx on a GPU (absolute error about 2^-21 plus about |x|·2^-23
+    from reducing x to a turn, a few times x's own fp32 rounding), tl.cos in the interpreter."""
     if FAST_MATH:
         return libdevice.fast_cosf(x)
     else:
@@ -297,9 +297,17 @@ def _bam_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, PRM, DPRM, q_offset, Tq, Tk, H
         log_n = tl.log((pos_i + 1).to(tl.float32))
         f = _ssmax_factor(pos_i, s, HAS_SSMAX, BLOCK_M2)
         dq = tl.zeros([BLOCK_M2, D], tl.float32)
-        g_b = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j dS·b            → dlog_scale = Σ_i f_i·g_b
-        g_bl = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j dS·b·log2(dist) → dshape = ln 2·Σ_i f_i·g_bl
-        g_z = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j dS·(s + b)      → dssmax = Σ_i log(i+1)·g_z
+        # Per-head sums, g_x = Σ_j dS·x = Σ_j P·dP·x − Δ_i·Σ_j P·x for x = b, b·log2(dist), s + b, with Δ_i
+        # taken as this row's own Σ_j P·dP (equal to rowsum(dO∘O) in exact arithmetic), so that Σ_j dS = 0
+        # holds to fp32 rounding. rowsum(dO∘O) from an O stored in bf16 is off by ~2^-9 per row, and
+        # that error, times Σ_j P·x, adds up over every row of the per-head sums (dq and dk keep Di).
+        pdp_sum = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j P·dP
+        pdp_b = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j P·dP·b
+        p_b = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j P·b
+        pdp_bl = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j P·dP·b·log2(dist)
+        p_bl = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j P·b·log2(dist)
+        pdp_z = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j P·dP·(s + b)
+        p_z = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j P·(s + b)
         hi = tl.minimum(q_offset + start_m + BLOCK_M2, Tk)
         for start_n in range(0, hi, BLOCK_N2):
             offs_n = start_n + tl.arange(0, BLOCK_N2)
@@ -312,16 +320,25 @@ def _bam_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, PRM, DPRM, q_offset, Tq, Tk, H
             dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
             ds = tl.where(pos_i[:, None] > 0, p * (dp - Di[:, None]), 0.0)  # see (1) for query 0
             dq += tl.dot((ds * f[:, None]).to(k.dtype), k, input_precision=DOT_PREC)
-            g_b += tl.sum(ds * b, 1)
-            g_bl += tl.sum(ds * b * log2_dist, 1)
+            pdp = p * dp
+            pdp_sum += tl.sum(pdp, 1)
+            pdp_b += tl.sum(pdp * b, 1)
+            p_b += tl.sum(p * b, 1)
+            pdp_bl += tl.sum(pdp * b * log2_dist, 1)
+            p_bl += tl.sum(p * b * log2_dist, 1)
             if HAS_SSMAX:
-                g_z += tl.sum(ds * (qk + b), 1)
+                pdp_z += tl.sum(pdp * (qk + b), 1)
+                p_z += tl.sum(p * (qk + b), 1)
         _store(DQ, dq * sm_scale, offs_m, Tq, D, 0, D, D)
+        keep = row_ok & (pos_i > 0)  # query 0 has dS = 0 (see (1)), padded rows have none
+        g_b = tl.where(keep, pdp_b - pdp_sum * p_b, 0.0)  # Σ_j dS·b            → dlog_scale = Σ_i f_i·g_b
+        g_bl = tl.where(keep, pdp_bl - pdp_sum * p_bl, 0.0)  # Σ_j dS·b·log2(dist) → dshape = ln 2·Σ_i f_i·g_bl
+        g_z = tl.where(keep, pdp_z - pdp_sum * p_z, 0.0)  # Σ_j dS·(s + b)      → dssmax = Σ_i log(i+1)·g_z
         slot = DPRM + bh * tl.num_programs(0) + pid  # DPRM is (3, B·H, programs), zero-filled
         n_slots = tl.num_programs(1) * tl.num_programs(0)
         tl.store(slot, tl.sum(f * g_b, 0))
         tl.store(slot + n_slots, tl.sum(f * g_bl, 0) * LN2)
-        tl.store(slot + 2 * n_slots, tl.sum(tl.where(row_ok, log_n * g_z, 0.0), 0))
+        tl.store(slot + 2 * n_slots, tl.sum(log_n * g_z, 0))
 
 
 # ----------------------------------------------------------------------------- TAPA kernels

@@ -184,16 +184,35 @@ def test_tapa_honours_theta_and_alpha():
 
 # ----------------------------------------------------------------------------- GPU tiles, errors, bench
 
+def use_gpu_tiles(monkeypatch, D, gpu_dtype):
+    """Under the interpreter, launch with the GPU's tiles for head dim D and inputs of gpu_dtype."""
+    monkeypatch.setattr(kernels, "INTERPRET", False)
+    gpu_kwargs = kernels._launch_kwargs(torch.empty(1, 1, 1, D, dtype=gpu_dtype))
+    monkeypatch.setattr(kernels, "INTERPRET", True)
+    monkeypatch.setattr(kernels, "_launch_kwargs", lambda q: gpu_kwargs)
+
+
+def test_bam_per_head_gradients_fp16_long(monkeypatch):
+    """The per-head gradients (log_scale, shape, ssmax_scale) sum dS over all i, j. Taking the softmax
+    backward's Δ_i = rowsum(dO∘O) from the fp16 output O would add its rounding up over the rows: 1.6e-2 of
+    max|ref| for dssmax at T = 1000 (PyTorch's own fp16 path: 8e-3). The kernel takes Δ_i = Σ_j P·dP in those
+    sums (exact in exact arithmetic), which keeps every gradient within 2e-3 (4 fp16 roundings)."""
+    if not ON_GPU:
+        use_gpu_tiles(monkeypatch, 128, torch.float16)
+    q, k, v = make_qkv(1, 2, 1000, 1000, 128, dtype=torch.float16)
+    log_scale, shape, ssmax_scale = bam_params(2, 0.5, ssmax=True)
+    check_against_ref(lambda q, k, v, ls, sh, ss: kernels.bam_attention(q, k, v, ls, sh, ssmax_scale=ss),
+                      lambda q, k, v, ls, sh, ss: bam_attention_ref(q, k, v, ls, sh, ssmax_scale=ss),
+                      [q, k, v, log_scale, shape, ssmax_scale], 2e-3)
+
+
 @pytest.mark.parametrize("D,gpu_dtype", [(64, torch.bfloat16), (128, torch.bfloat16), (64, torch.float32)])
 def test_gpu_tile_sizes(D, gpu_dtype, monkeypatch):
     """The GPU tile table (large, unequal tiles) over several tiles, with tails and a q_offset: on a GPU with
     inputs of gpu_dtype (plus T = 1000), on CPU under the interpreter with fp32 inputs and the GPU's tiles."""
     dtype = gpu_dtype if ON_GPU else torch.float32
     if not ON_GPU:
-        monkeypatch.setattr(kernels, "INTERPRET", False)
-        gpu_kwargs = kernels._launch_kwargs(torch.empty(1, 1, 1, D, dtype=gpu_dtype))
-        monkeypatch.setattr(kernels, "INTERPRET", True)
-        monkeypatch.setattr(kernels, "_launch_kwargs", lambda q: gpu_kwargs)
+        use_gpu_tiles(monkeypatch, D, gpu_dtype)
     for Tq, Tk, q_offset in [(150, 150, 0), (70, 200, 100)] + ([(1000, 1000, 0)] if ON_GPU else []):
         q, k, v = make_qkv(1, 2, Tq, Tk, D, dtype=dtype)
         log_scale, shape, ssmax_scale = bam_params(2, 0.5, ssmax=True)
