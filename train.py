@@ -17,7 +17,9 @@ import ast
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from contextlib import nullcontext
 from dataclasses import fields
@@ -387,6 +389,18 @@ def train(cfg):
     start_iter, losses = iter_num, None
     bar = tqdm(total=cfg["max_iters"], initial=iter_num, disable=not master, dynamic_ncols=True, desc="train")
     t_last = time.time()
+    # Ctrl-C (one process, not DDP): finish the iteration, write a checkpoint that resumes exactly, stop.
+    # A second Ctrl-C stops at once.
+    interrupted = []
+
+    def on_ctrl_c(signum, frame):
+        if interrupted:
+            signal.signal(signal.SIGINT, previous_handler)
+            raise KeyboardInterrupt
+        interrupted.append(True)
+        tqdm.write("Ctrl-C: checkpointing at the end of this iteration (Ctrl-C again to stop at once)")
+    catch_ctrl_c = not ddp and threading.current_thread() is threading.main_thread()
+    previous_handler = signal.signal(signal.SIGINT, on_ctrl_c) if catch_ctrl_c else None
     while True:
         # evaluate and checkpoint (not at the iteration a resumed run starts from: it did that already)
         if iter_num % cfg["eval_interval"] == 0 and (iter_num != start_iter or iter_num == 0) or iter_num == cfg["max_iters"]:
@@ -406,6 +420,14 @@ def train(cfg):
             if ddp:
                 torch.distributed.barrier()
         if iter_num >= cfg["max_iters"] or cfg["eval_only"]:
+            break
+        if interrupted:
+            if cfg["always_save_checkpoint"]:
+                save_checkpoint(ckpt_path, checkpoint())
+                log(f"interrupted: saved {ckpt_path} at iteration {iter_num}; resume with --init_from=resume")
+            else:  # ckpt.pt holds the model of the best validation loss: keep it
+                log(f"interrupted at iteration {iter_num}; not saved (always_save_checkpoint=False keeps "
+                    f"{ckpt_path} for the best validation loss)")
             break
         lr = get_lr(iter_num, cfg)
         for group in optimizer.param_groups:
@@ -434,6 +456,8 @@ def train(cfg):
             tok_s = tokens_per_iter * cfg["log_interval"] / dt
             bar.set_postfix(loss=f"{lossf:.4f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
     bar.close()
+    if catch_ctrl_c:
+        signal.signal(signal.SIGINT, previous_handler)
     if ddp:
         from torch.distributed import destroy_process_group
         destroy_process_group()

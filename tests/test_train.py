@@ -120,6 +120,33 @@ def test_few_steps_lower_the_loss(tmp_path, shakespeare_byte):
     assert losses["train"] < first - 1.5
 
 
+def test_ctrl_c_checkpoints_and_resumes_exactly(tmp_path, shakespeare_byte, monkeypatch):
+    """Ctrl-C between evaluations: the iteration finishes, a checkpoint is written there, and resuming from it
+    ends where an uninterrupted run ends."""
+    import signal
+    common = ["--eval_interval=4", "--lr_decay_iters=8", "--pos=bam", "--ssmax=True", "--dropout=0.1",
+              "--max_iters=8"]
+    full = run(common, tmp_path / "a", shakespeare_byte)
+    get_lr = train.get_lr
+
+    def get_lr_then_ctrl_c(it, cfg):  # Ctrl-C while iteration 5 runs
+        if it == 5:
+            signal.raise_signal(signal.SIGINT)
+        return get_lr(it, cfg)
+    monkeypatch.setattr(train, "get_lr", get_lr_then_ctrl_c)
+    run(common, tmp_path / "b", shakespeare_byte)
+    monkeypatch.setattr(train, "get_lr", get_lr)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # train() put the handler back
+    assert torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)["iter_num"] == 6
+    assert "interrupted: saved" in (tmp_path / "b" / "log.txt").read_text()
+    resumed = run(common + ["--init_from=resume"], tmp_path / "b", shakespeare_byte)
+    assert resumed["val"] == pytest.approx(full["val"], abs=1e-5)
+    ma, _ = load_checkpoint(str(tmp_path / "a" / "ckpt.pt"))
+    mb, _ = load_checkpoint(str(tmp_path / "b" / "ckpt.pt"))
+    for (name, pa), (_, pb) in zip(ma.state_dict().items(), mb.state_dict().items()):
+        assert torch.allclose(pa, pb, atol=1e-6), name
+
+
 def test_resume_equals_uninterrupted_run(tmp_path, shakespeare_byte):
     common = ["--eval_interval=4", "--lr_decay_iters=8", "--pos=bam", "--ssmax=True", "--dropout=0.1"]
     full = run(common + ["--max_iters=8"], tmp_path / "a", shakespeare_byte)
