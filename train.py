@@ -421,14 +421,16 @@ def train(cfg):
                 torch.distributed.barrier()
         if iter_num >= cfg["max_iters"] or cfg["eval_only"]:
             break
-        if interrupted:
+        if interrupted:  # save, then stop the caller too (sweep.py must not go on with a half-trained model)
             if cfg["always_save_checkpoint"]:
                 save_checkpoint(ckpt_path, checkpoint())
                 log(f"interrupted: saved {ckpt_path} at iteration {iter_num}; resume with --init_from=resume")
             else:  # ckpt.pt holds the model of the best validation loss: keep it
                 log(f"interrupted at iteration {iter_num}; not saved (always_save_checkpoint=False keeps "
                     f"{ckpt_path} for the best validation loss)")
-            break
+            bar.close()
+            signal.signal(signal.SIGINT, previous_handler)
+            raise KeyboardInterrupt
         lr = get_lr(iter_num, cfg)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -468,7 +470,10 @@ def main():
     defaults = {k: globals()[k] for k in CONFIG_KEYS}
     cfg = get_config(sys.argv[1:], defaults)
     print(json.dumps(cfg))
-    train(cfg)
+    try:
+        train(cfg)
+    except KeyboardInterrupt:
+        sys.exit(130)  # Ctrl-C: train() has said what it saved
 
 
 if __name__ == "__main__":
