@@ -46,7 +46,8 @@ def parse_args():
     p.add_argument("--methods", nargs="+", default=None, choices=METHODS, help="subset of methods (default: all)")
     p.add_argument("--tokens", type=int, default=16384, help="B = max(1, tokens // T)")
     p.add_argument("--width", type=int, default=2048, help="H = width // D")
-    p.add_argument("--out", default=None, help="also write the report (markdown) to this file")
+    p.add_argument("--out", default=None, help="also write the report (markdown) to this file, and its plots to "
+                                               "a PNG beside it")
     p.add_argument("--smoke", action="store_true", help="one tiny size, to check that the script runs (CPU ok)")
     p.add_argument("--sass", action="store_true", help="compile for sm_90 and count machine instructions (no GPU)")
     return p.parse_args()
@@ -215,6 +216,38 @@ def write_report(lines, out):
         f.write("\n".join(lines) + "\n")
 
 
+def plot_report(records, path):
+    """Save the measurements as a PNG at path: one row of panels per head dim D, against T (log x), a line per
+    method: fwd and fwd+bwd time over sdpa_flash's (the issue's targets 1.10 and 1.15 dotted) and fwd+bwd peak
+    MiB (log y). records: (D, T, method, fwd ×sdpa, fwd+bwd ×sdpa, MiB), None where there is no number."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    dims = sorted({r[0] for r in records})
+    methods = list(dict.fromkeys(r[2] for r in records))  # in the order measured
+    fig, axes = plt.subplots(len(dims), 3, figsize=(15, 4 * len(dims)), squeeze=False)
+    for panels, D in zip(axes, dims):
+        for ax, col, label in zip(panels, (3, 4, 5), ("fwd time / sdpa_flash", "fwd+bwd time / sdpa_flash",
+                                                       "fwd+bwd peak MiB")):
+            for i, name in enumerate(methods):
+                pts = [(r[1], r[col]) for r in records if r[0] == D and r[2] == name and r[col] is not None]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", color=f"C{i}", label=name, ls="--" if "flex" in name else "-")
+            if col < 5:
+                for target in (1.10, 1.15):
+                    ax.axhline(target, color="grey", lw=0.8, ls=":")
+            else:
+                ax.set_yscale("log")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("sequence length T")
+            ax.set_title(f"D = {D}: {label}", fontsize=10)
+            ax.grid(alpha=0.3)
+        panels[-1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def sass_report(args):
     """--sass: the table of sm90_machine_code for each of args.head_dims."""
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
@@ -263,7 +296,8 @@ def main():
               "| T | D | B×H | method | fwd ms | fwd ×sdpa | fwd+bwd ms | fwd+bwd ×sdpa | peak MiB |",
               "|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(header), flush=True)
-    rows, t_start = [], time.time()
+    rows, records, t_start = [], [], time.time()
+    png = os.path.splitext(args.out)[0] + ".png" if args.out else None
     for D in head_dims:
         skip = {n: set() for n in names}  # measurements that ran out of memory at a shorter T
         for T in seqlens:
@@ -285,15 +319,18 @@ def main():
                 row = (f"| {T} | {D} | {B}×{H} | {name} | {fmt(res[0], '.3f')} | {fmt(ratio[0], '.2f')} | "
                        f"{fmt(res[1], '.3f')} | {fmt(ratio[1], '.2f')} | {fmt(res[2], '.0f')} |")
                 rows.append(row)
+                records.append((D, T, name, *ratio, res[2] if isinstance(res[2], float) else None))
                 print(row, flush=True)
                 if args.out:  # after every row: a run stopped by a time limit keeps what it measured
                     write_report(header + rows, args.out)
+            if png:  # the figure after every length (a fraction of a second)
+                plot_report(records, png)
             del q, k, v
     footer = ["", f"(total {time.time() - t_start:.0f} s)"]
     print("\n".join(footer))
     if args.out:
         write_report(header + rows + footer, args.out)
-        print(f"wrote {args.out}")
+        print(f"wrote {args.out}, {png}")
 
 
 if __name__ == "__main__":

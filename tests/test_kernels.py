@@ -265,7 +265,7 @@ def test_error_without_triton(monkeypatch):
 
 def test_bench_smoke(tmp_path):
     """bench.py --smoke runs one tiny size (on CPU: under the interpreter) through the benchmark's code path,
-    and writes the table to --out."""
+    and writes the table to --out and the figure beside it."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # bench.py decides
     t0 = time.time()
     res = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--smoke", "--methods", "sdpa_flash", "bam",
@@ -275,7 +275,18 @@ def test_bench_smoke(tmp_path):
     assert "| bam |" in res.stdout and "| tapa |" in res.stdout and "error" not in res.stdout, res.stdout
     report = (tmp_path / "bench.md").read_text()
     assert all(f"| 40 | 16 | 1×2 | {m} |" in report for m in ("bam", "bam_ssmax", "tapa", "ref_bam")), report
+    assert (tmp_path / "bench.png").stat().st_size > 10_000  # the figure beside it
     assert time.time() - t0 < 180
+
+
+def test_bench_plot(tmp_path):
+    """bench.plot_report draws ratios, memory and the gaps (OOM) of a GPU-shaped run: two head dims, five lengths."""
+    import bench
+    records = [(D, T, name, 1 + i / 10, 1.1 + i / 10, None if name == "ref_bam" and T > 4096 else float(T * (i + 1)))
+               for D in (64, 128) for T in (1024, 2048, 4096, 8192, 16384)
+               for i, name in enumerate(["sdpa_flash", "bam", "tapa", "flex_bam", "ref_bam"])]
+    bench.plot_report(records, tmp_path / "bench.png")
+    assert (tmp_path / "bench.png").stat().st_size > 20_000
 
 
 def test_kernels_compile_for_sm90():
