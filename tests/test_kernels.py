@@ -279,6 +279,30 @@ def test_bench_smoke(tmp_path):
     assert time.time() - t0 < 180
 
 
+@pytest.mark.parametrize("name", ["flex_bam", "flex_bam_ssmax"])
+def test_bench_flex_baselines_compute_bam(name):
+    """bench.py's FlexAttention baselines (a score_mod over the captured learnable (H,) tensors, a causal block
+    mask) equal bam_attention_ref, so the benchmark compares like with like. Forward only on CPU (FlexAttention
+    has no CPU backward); on a GPU also every gradient, the captured tensors' included."""
+    import bench
+    T, H, D = 40, 2, 16
+    fn, params = bench.make_methods([name], H, T, DEVICE)[name]
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # away from the ALiBi init (β = 1, s = 1)
+        for p in params:
+            p.add_(0.2 * torch.randn(p.shape, generator=g).to(DEVICE))
+    q, k, v = (torch.randn(1, H, T, D, generator=g).to(DEVICE).requires_grad_(ON_GPU) for _ in range(3))
+    ssmax = params[2] if name == "flex_bam_ssmax" else None
+    with torch.set_grad_enabled(ON_GPU):
+        out, ref = fn(q, k, v), bam_attention_ref(q, k, v, params[0], params[1], ssmax_scale=ssmax)
+    assert_close(out, ref, 1e-4, "output")
+    if ON_GPU:
+        grads = torch.autograd.grad(out, [q, k, v] + params, torch.ones_like(out))
+        ref_grads = torch.autograd.grad(ref, [q, k, v] + params, torch.ones_like(ref))
+        for i, (a, b) in enumerate(zip(grads, ref_grads)):
+            assert_close(a, b, 1e-3, f"grad {i}")
+
+
 def test_bench_plot(tmp_path):
     """bench.plot_report draws ratios, memory and the gaps (OOM) of a GPU-shaped run: two head dims, five lengths."""
     import bench
