@@ -10,7 +10,9 @@ CPU cores, after which it retrieves the passkey at its training length). Example
     torchrun --standalone --nproc_per_node=8 train.py config/fineweb_gpt2s.py   # DDP
 
 Every key below can be set in a config file or as --key=value; unknown keys and
-values of the wrong type are refused with the list of valid keys.
+values of the wrong type are refused with the list of valid keys (`--help` lists
+them). `--init_from=resume` goes on with the run in --out_dir, with that run's
+settings: the command line changes only the keys it names (e.g. --max_iters).
 """
 
 import ast
@@ -245,6 +247,7 @@ def plot_history(history, path):
 def train(cfg):
     """Run training with the config dict cfg (as get_config returns). Returns the final eval losses."""
     cfg = dict(cfg)
+    settings = dict(cfg)  # what checkpoints record: the settings as given, the model's own below
     for key in ("batch_size", "gradient_accumulation_steps", "eval_interval", "eval_iters"):  # model sizes: GPTConfig
         if cfg[key] < 1:
             raise ValueError(f"{key} must be >= 1, got {cfg[key]}")
@@ -312,6 +315,12 @@ def train(cfg):
         if ignored and master:
             print(f"resume: the model is the checkpoint's; ignoring {', '.join(ignored)}")
         cfg.update({k: v for k, v in model_args.items() if k in cfg})
+        if ckpt["iter_num"] >= cfg["max_iters"]:
+            if master:
+                print(f"{ckpt_path} is at iteration {ckpt['iter_num']}, max_iters={cfg['max_iters']}: nothing to "
+                      f"train (raise --max_iters to go on)")
+            _, train_loss, val_loss = ckpt["history"][-1]
+            return {"train": train_loss, "val": val_loss}
     elif cfg["init_from"] == "scratch":
         vocab = meta["vocab_size"] if cfg["vocab_size"] is None else cfg["vocab_size"]
         if cfg["vocab_size"] is None and meta["vocab_size"] > 1000:
@@ -323,6 +332,7 @@ def train(cfg):
     else:
         raise ValueError(f"init_from must be 'scratch' or 'resume', got {cfg['init_from']!r}")
     model = GPT(GPTConfig(**model_args))
+    settings.update({k: v for k, v in model_args.items() if k in settings})
     if ckpt is not None:
         model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()})
     model.to(dev)
@@ -382,7 +392,7 @@ def train(cfg):
 
     def checkpoint():
         return {"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": model_args,
-                "iter_num": iter_num, "best_val_loss": best_val_loss, "config": cfg, "history": history,
+                "iter_num": iter_num, "best_val_loss": best_val_loss, "config": settings, "history": history,
                 "tokenizer": meta["tokenizer"], "rng_cpu": torch.get_rng_state(),
                 "rng_cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}
 
@@ -422,7 +432,9 @@ def train(cfg):
         if iter_num >= cfg["max_iters"] or cfg["eval_only"]:
             break
         if interrupted:  # save, then stop the caller too (sweep.py must not go on with a half-trained model)
-            if cfg["always_save_checkpoint"]:
+            if iter_num == start_iter:  # no step taken: out_dir already holds this state, or nothing to keep
+                log(f"interrupted at iteration {iter_num}, before any step of this run: nothing to save")
+            elif cfg["always_save_checkpoint"]:
                 save_checkpoint(ckpt_path, checkpoint())
                 log(f"interrupted: saved {ckpt_path} at iteration {iter_num}; resume with --init_from=resume")
             else:  # ckpt.pt holds the model of the best validation loss: keep it
@@ -467,8 +479,19 @@ def train(cfg):
 
 
 def main():
+    argv = sys.argv[1:]
     defaults = {k: globals()[k] for k in CONFIG_KEYS}
-    cfg = get_config(sys.argv[1:], defaults)
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(__doc__.strip() + "\n\nKeys and their defaults (the CPU demo):")
+        print("\n".join(f"  --{k}={v}" for k, v in defaults.items()))
+        return
+    cfg = get_config(argv, defaults)
+    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    if cfg["init_from"] == "resume" and os.path.isfile(ckpt_path):
+        # the run goes on with its own settings; this command line changes only what it names
+        saved = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)["config"]
+        cfg = get_config(argv, dict(defaults, **{k: v for k, v in saved.items() if k in defaults}))
+        print(f"resume: the settings of {ckpt_path}, with {' '.join(argv)}")
     print(json.dumps(cfg))
     try:
         train(cfg)

@@ -148,6 +148,24 @@ def test_ctrl_c_checkpoints_and_resumes_exactly(tmp_path, shakespeare_byte, monk
         assert torch.allclose(pa, pb, atol=1e-6), name
 
 
+def test_ctrl_c_before_the_first_step_saves_nothing(tmp_path, shakespeare_byte, monkeypatch):
+    """Ctrl-C during the evaluation at iteration 0: no step was taken, so no checkpoint (one at iteration 0 would
+    evaluate again on resume, draw other batches and not resume exactly)."""
+    import signal
+    get_batch, calls = train.get_batch, []
+
+    def get_batch_then_ctrl_c(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:  # the first batch of the first evaluation
+            signal.raise_signal(signal.SIGINT)
+        return get_batch(*args, **kwargs)
+    monkeypatch.setattr(train, "get_batch", get_batch_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run(["--max_iters=8", "--eval_interval=4"], tmp_path, shakespeare_byte)
+    assert not (tmp_path / "ckpt.pt").exists()
+    assert "before any step of this run: nothing to save" in (tmp_path / "log.txt").read_text()
+
+
 def test_resume_equals_uninterrupted_run(tmp_path, shakespeare_byte):
     common = ["--eval_interval=4", "--lr_decay_iters=8", "--pos=bam", "--ssmax=True", "--dropout=0.1"]
     full = run(common + ["--max_iters=8"], tmp_path / "a", shakespeare_byte)
@@ -158,6 +176,32 @@ def test_resume_equals_uninterrupted_run(tmp_path, shakespeare_byte):
     mb, _ = load_checkpoint(str(tmp_path / "b" / "ckpt.pt"))
     for (name, pa), (_, pb) in zip(ma.state_dict().items(), mb.state_dict().items()):
         assert torch.allclose(pa, pb, atol=1e-6), name
+
+
+def test_cli_resume_keeps_the_runs_settings(tmp_path, shakespeare_byte, monkeypatch, capsys):
+    """`python train.py --out_dir=D --init_from=resume` goes on with the settings of the run in D (its dataset,
+    sizes, schedule), not the demo defaults; what the command line names (here max_iters) changes. The result
+    equals an uninterrupted run. Resuming a finished run trains nothing and leaves its checkpoint as it was."""
+    full = run(["--eval_interval=4", "--lr_decay_iters=8", "--max_iters=8"], tmp_path / "a", shakespeare_byte)
+    run(["--eval_interval=4", "--lr_decay_iters=8", "--max_iters=4"], tmp_path / "b", shakespeare_byte)
+    argv = [f"--out_dir={tmp_path / 'b'}", "--init_from=resume", "--max_iters=8"]
+    monkeypatch.setattr(sys, "argv", ["train.py"] + argv)
+    train.main()
+    ckpt = torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)
+    assert ckpt["iter_num"] == 8 and ckpt["config"]["dataset"] == shakespeare_byte
+    assert ckpt["config"]["learning_rate"] == 3e-3 and ckpt["config"]["max_iters"] == 8  # TINY's, and the new
+    assert ckpt["history"][-1][2] == pytest.approx(full["val"], abs=1e-5)
+    before = (tmp_path / "b" / "ckpt.pt").read_bytes()
+    train.main()  # again: the run is finished
+    assert "nothing to train" in capsys.readouterr().out
+    assert (tmp_path / "b" / "ckpt.pt").read_bytes() == before
+
+
+def test_help_lists_the_keys(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["train.py", "--help"])
+    train.main()
+    out = capsys.readouterr().out
+    assert "Train a nanoPE GPT" in out and all(f"--{k}=" in out for k in train.CONFIG_KEYS)
 
 
 def test_checkpoint_loads_with_weights_only(tmp_path, shakespeare_byte):
