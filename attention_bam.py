@@ -78,9 +78,12 @@ class GGDPrior(nn.Module):
         if scale_init == "alibi":
             scale = alibi_slopes(n_head)
         else:
-            if float(scale_init) <= 0:
+            try:
+                scale = torch.full((n_head,), float(scale_init))
+            except ValueError:
+                scale = torch.zeros(1)
+            if not (scale > 0).all():
                 raise ValueError(f"bam_scale_init must be 'alibi' or a number > 0, got {scale_init!r}")
-            scale = torch.full((n_head,), float(scale_init))
         self.log_scale = nn.Parameter(torch.log(scale))
         self.shape = nn.Parameter(torch.full((n_head,), float(shape_init)))
         self.register_buffer("loc", torch.zeros(n_head))

@@ -253,6 +253,10 @@ def sass_report(args):
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         sys.exit("bench.py --sass compiles the kernels: run it without TRITON_INTERPRET=1")
     import triton
+
+    import kernels
+    if set(args.head_dims) - set(kernels.HEAD_DIMS):
+        sys.exit(f"bench.py --sass: the kernels support head dims {kernels.HEAD_DIMS}, got {args.head_dims}")
     lines = ["# Machine code of the kernels for sm_90 (compiled on the CPU, not timed)", "",
              f"- triton {triton.__version__}, bf16, launch options of kernels._launch_kwargs",
              f"- command: `{os.path.basename(sys.executable)} {' '.join(sys.argv)}`",
@@ -286,6 +290,8 @@ def main():
         seqlens, head_dims = [40], [16]
         if not cuda:  # the interpreter computes bf16 in fp32 anyway; our kernels and the reference only
             names, dtype = [n for n in names if n in SMOKE_METHODS], torch.float32
+            if not names:
+                sys.exit(f"bench.py --smoke on CPU runs only {', '.join(SMOKE_METHODS)} (the baselines need a GPU)")
 
     header = ["# Attention kernels benchmark", "",
               f"- device: {torch.cuda.get_device_name() if cuda else 'CPU (TRITON_INTERPRET=1, smoke test)'}",

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from data.tokenizer import read_meta
-from model import load_checkpoint, run_script
+from model import load_checkpoint, positive_int, run_script
 from passkey import parse_lengths
 
 
@@ -133,11 +133,11 @@ def main(argv=None):
     p.add_argument("--data_dir", help="folder with <split>.bin (default data/<checkpoint's dataset>)")
     p.add_argument("--split", default="val")
     p.add_argument("--lengths", default="1x,2x,4x,8x,16x", help="multiples of block_size (Nx) or token counts")
-    p.add_argument("--stride", type=int, help="sliding-window stride S (default: full windows; S >= L: full)")
+    p.add_argument("--stride", type=positive_int, help="sliding-window stride S (default: full windows; S >= L: full)")
     p.add_argument("--max_tokens", type=int, help="use only the first max_tokens held-out tokens")
-    p.add_argument("--max_windows", type=int, help="at most this many windows per length")
-    p.add_argument("--batch_size", type=int, default=1, help="windows per forward")
-    p.add_argument("--chunk", type=int, default=1024, help="tokens per chunked forward")
+    p.add_argument("--max_windows", type=positive_int, help="at most this many windows per length")
+    p.add_argument("--batch_size", type=positive_int, default=1, help="windows per forward")
+    p.add_argument("--chunk", type=positive_int, default=1024, help="tokens per chunked forward")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="autocast dtype on cuda (cpu runs float32)")

@@ -323,17 +323,32 @@ def load_checkpoint(path, device="cpu"):
     """Load a checkpoint written by train.py: returns (model, checkpoint dict).
 
     Reads with torch.load(weights_only=True); strips torch.compile's '_orig_mod.'
-    prefixes. Raises FileNotFoundError naming the training command if path is missing.
+    prefixes. Raises FileNotFoundError naming the training command if path is missing,
+    ValueError for a CUDA device this torch cannot see.
     """
     import os
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at {path}; train one first, e.g. `python train.py --out_dir=...`")
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={device} but this torch sees no CUDA GPU: use --device=cpu")
     ckpt = torch.load(path, map_location=device, weights_only=True)
     model = GPT(GPTConfig(**ckpt["model_args"]))
     state = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
     model.load_state_dict(state)
     return model.to(device), ckpt
 
+
+
+def positive_int(text):
+    """argparse type: an int >= 1, else argparse's usage error naming the value."""
+    import argparse
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
 
 
 def run_script(main):

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from data.passkey import passkey_depths, passkey_min_length, passkey_prompt, random_key
 from data.tokenizer import get_tokenizer
-from model import load_checkpoint, run_script
+from model import load_checkpoint, positive_int, run_script
 
 
 def parse_lengths(spec, block_size):
@@ -245,13 +245,13 @@ def main(argv=None):
     p.add_argument("--ckpt", help="checkpoint path (default <out_dir>/ckpt.pt)")
     p.add_argument("--out_dir", default="out", help="training output folder holding ckpt.pt")
     p.add_argument("--lengths", default="1x,2x,4x,8x,16x,32x,64x", help="multiples of block_size (Nx) or token counts")
-    p.add_argument("--depths", type=int, default=5, help="number of equidistant key depths in [0, 1]")
-    p.add_argument("--samples", type=int, default=2, help="prompts (keys) per length and depth")
+    p.add_argument("--depths", type=positive_int, default=5, help="number of equidistant key depths in [0, 1]")
+    p.add_argument("--samples", type=positive_int, default=2, help="prompts (keys) per length and depth")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--n_digits", type=int, default=5)
+    p.add_argument("--n_digits", type=positive_int, default=5)
     p.add_argument("--mode", choices=["teacher_forced", "generate"], default="teacher_forced")
-    p.add_argument("--chunk", type=int, default=1024, help="prefill chunk size (tokens)")
-    p.add_argument("--batch_size", type=int, default=5,
+    p.add_argument("--chunk", type=positive_int, default=1024, help="prefill chunk size (tokens)")
+    p.add_argument("--batch_size", type=positive_int, default=5,
                    help="prompts of one length scored together (teacher-forced); memory grows with it (KV cache)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",

@@ -15,7 +15,7 @@ from contextlib import nullcontext
 import torch
 
 from data.tokenizer import get_tokenizer
-from model import load_checkpoint, run_script
+from model import load_checkpoint, positive_int, run_script
 
 
 def read_start(start):
@@ -31,8 +31,8 @@ def main(argv=None):
     p.add_argument("--ckpt", help="checkpoint path (default <out_dir>/ckpt.pt)")
     p.add_argument("--out_dir", default="out", help="training output folder holding ckpt.pt")
     p.add_argument("--start", default="\n", help='prompt text, or "FILE:path" to read it from a file')
-    p.add_argument("--num_samples", type=int, default=3)
-    p.add_argument("--max_new_tokens", type=int, default=500)
+    p.add_argument("--num_samples", type=positive_int, default=3)
+    p.add_argument("--max_new_tokens", type=positive_int, default=500)
     p.add_argument("--temperature", type=float, default=0.8, help="> 0; lower is more deterministic")
     p.add_argument("--top_k", type=int, default=200, help="keep the top_k most likely tokens (0: all)")
     p.add_argument("--seed", type=int, default=1337)
@@ -40,10 +40,10 @@ def main(argv=None):
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                    default="bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32",
                    help="autocast dtype on cuda (cpu runs float32)")
-    p.add_argument("--prefill_chunk", type=int, default=1024, help="prompt tokens per prefill forward")
+    p.add_argument("--prefill_chunk", type=positive_int, default=1024, help="prompt tokens per prefill forward")
     args = p.parse_args(argv)
-    if args.temperature <= 0:
-        p.error("--temperature must be > 0")
+    if args.temperature <= 0 or args.top_k < 0:
+        p.error("need --temperature > 0 and --top_k >= 0 (0: all tokens)")
 
     torch.manual_seed(args.seed)
     if "cuda" in args.device:

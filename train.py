@@ -255,6 +255,9 @@ def train(cfg):
         raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {cfg['dtype']!r}")
     if cfg["device"].startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device={cfg['device']} but this torch sees no CUDA GPU: use --device=cpu (or auto)")
+    if cfg["max_iters"] < 0 or not cfg["out_dir"]:
+        raise ValueError(f"need max_iters >= 0 and a non-empty out_dir, got max_iters={cfg['max_iters']}, "
+                         f"out_dir={cfg['out_dir']!r}")
     cfg["lr_decay_iters"] = cfg["lr_decay_iters"] or cfg["max_iters"]
     cfg["min_lr"] = cfg["learning_rate"] / 10 if cfg["min_lr"] is None else cfg["min_lr"]
     # DDP: launched by torchrun, which sets RANK, LOCAL_RANK and WORLD_SIZE
@@ -280,6 +283,11 @@ def train(cfg):
     dtype = cfg["dtype"]
     if dtype == "auto":
         dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    if device_type == "cpu" and dtype != "float32":
+        raise ValueError(f"dtype={dtype} needs a CUDA device (on CPU nanoPE trains in float32): use --dtype=auto")
+    if device_type == "cpu" and cfg["attn_impl"] == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("attn_impl='triton' runs on CUDA (on CPU only under TRITON_INTERPRET=1, for testing): "
+                         "use --attn_impl=torch")
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     ctx = nullcontext() if device_type == "cpu" else torch.amp.autocast(device_type=device_type, dtype=ptdtype)
     if device_type == "cuda":
@@ -386,7 +394,10 @@ def train(cfg):
     log(f"nanoPE: pos={cfg['pos']} ssmax={cfg['ssmax']} | {n_params / 1e6:.2f}M parameters | device {dev} ({dtype}) "
         f"| {world} process(es) | {tokens_per_iter:,} tokens per iteration | data {data_dir} ({meta['tokenizer']})")
     if cfg["wandb_log"] and master:
-        import wandb
+        try:
+            import wandb
+        except ImportError:
+            raise ValueError("wandb_log=True needs wandb (not in requirements.txt): pip install wandb") from None
         wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"] or
                    f"{cfg['pos']}{'+ssmax' if cfg['ssmax'] else ''}", config=cfg)
 

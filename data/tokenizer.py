@@ -40,7 +40,11 @@ class GPT2Tokenizer:
 
     def __init__(self):
         import tiktoken
-        self.enc = tiktoken.get_encoding("r50k_base")
+        try:
+            self.enc = tiktoken.get_encoding("r50k_base")
+        except Exception as e:  # tiktoken downloads the BPE files on first use
+            raise ValueError(f"could not load the GPT-2 BPE (tiktoken r50k_base): {type(e).__name__}. It is downloaded "
+                             f"on first use; offline, set TIKTOKEN_CACHE_DIR to a folder holding its cache") from e
 
     def encode(self, text):
         """str -> list[int]; "<|endoftext|>" in the text is encoded as plain text."""
