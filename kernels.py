@@ -87,29 +87,20 @@ def _launch_kwargs(q):
 @triton.jit
 def _log2(x):
     """log2 of an fp32 tile: lg2.approx on a GPU (error 2^-22 near 1, 2 ulp elsewhere), tl.log2 in the interpreter."""
-    if FAST_MATH:
-        return libdevice.fast_log2f(x)
-    else:
-        return tl.log2(x)
+    return libdevice.fast_log2f(x) if FAST_MATH else tl.log2(x)
 
 
 @triton.jit
 def _cos(x):
     """cos of an fp32 tile (radians): cos.approx on a GPU (absolute error about 2^-21 plus about |x|·2^-23
     from reducing x to a turn, a few times x's own fp32 rounding), tl.cos in the interpreter."""
-    if FAST_MATH:
-        return libdevice.fast_cosf(x)
-    else:
-        return tl.cos(x)
+    return libdevice.fast_cosf(x) if FAST_MATH else tl.cos(x)
 
 
 @triton.jit
 def _sin(x):
     """sin of an fp32 tile (radians), as _cos."""
-    if FAST_MATH:
-        return libdevice.fast_sinf(x)
-    else:
-        return tl.sin(x)
+    return libdevice.fast_sinf(x) if FAST_MATH else tl.sin(x)
 
 
 @triton.jit
