@@ -15,7 +15,6 @@ them). `--init_from=resume` goes on with the run in --out_dir, with that run's
 settings: the command line changes only the keys it names (e.g. --max_iters).
 """
 
-import ast
 import json
 import math
 import os
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from configurator import get_config
 from model import GPT, GPTConfig, run_script
 
 # -----------------------------------------------------------------------------
@@ -89,83 +89,6 @@ seed = 1337
 CONFIG_KEYS = [k for k, v in list(globals().items())
                if not k.startswith("_") and isinstance(v, (int, float, bool, str, type(None)))]
 MODEL_KEYS = [f.name for f in fields(GPTConfig)]
-
-
-# the type a value must have for the keys whose default is None (unset)
-NONE_DEFAULT_TYPES = {"wandb_run_name": str, "vocab_size": int, "lr_decay_iters": int, "min_lr": float}
-
-
-def parse_value(key, text, default):
-    """Convert the string of --key=value to the type of the key's default.
-
-    bool: True/False (also true/false, 1/0); int: an integer literal; float: any
-    number (so --learning_rate=1 works); str: taken as is; a None default: the
-    type in NONE_DEFAULT_TYPES (or None). Raises ValueError naming the key.
-    """
-    if default is None:
-        default = NONE_DEFAULT_TYPES.get(key, str)()  # a sample of the expected type: "", 0 or 0.0
-        if text == "None":
-            return None
-    if isinstance(default, bool):
-        if text.lower() in ("true", "1"):
-            return True
-        if text.lower() in ("false", "0"):
-            return False
-        raise ValueError(f"--{key} expects True or False, got {text!r}")
-    if isinstance(default, str):
-        return text
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        raise ValueError(f"--{key} expects {type(default).__name__}, got {text!r}") from None
-    return check_type(key, value, default)
-
-
-def check_type(key, value, default):
-    """Return value if it fits the type of default (int is accepted for float); else ValueError.
-
-    For a None default the type comes from NONE_DEFAULT_TYPES (keys not there take any value)."""
-    if value is None or (default is None and key not in NONE_DEFAULT_TYPES):
-        return value
-    if default is None:
-        default = NONE_DEFAULT_TYPES[key]()
-    if isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if type(value) is not type(default) and not (isinstance(default, str) and key == "bam_scale_init"):
-        raise ValueError(f"{key} expects {type(default).__name__}, got {value!r} ({type(value).__name__})")
-    return value
-
-
-def get_config(argv, defaults):
-    """The run's config: defaults, then config files, then --key=value overrides, in argv order.
-
-    argv: list of strings (sys.argv[1:]); defaults: dict of key -> default value.
-    Raises ValueError for an unknown key (listing the valid ones), a wrong type or
-    a malformed argument; FileNotFoundError for a missing config file.
-    """
-    config = dict(defaults)
-    valid = ", ".join(sorted(defaults))
-    for arg in argv:
-        if not arg.startswith("--"):
-            if not os.path.isfile(arg):
-                raise FileNotFoundError(f"config file {arg} not found (arguments are config files or --key=value)")
-            namespace = {}
-            with open(arg) as f:
-                exec(f.read(), namespace)
-            for key, value in namespace.items():
-                if key.startswith("_") or type(value).__name__ == "module":
-                    continue
-                if key not in defaults:
-                    raise ValueError(f"unknown key {key!r} in {arg}; valid keys: {valid}")
-                config[key] = check_type(key, value, defaults[key])
-        else:
-            if "=" not in arg:
-                raise ValueError(f"malformed argument {arg!r}: use --key=value")
-            key, text = arg[2:].split("=", 1)
-            if key not in defaults:
-                raise ValueError(f"unknown key {key!r}; valid keys: {valid}")
-            config[key] = parse_value(key, text, defaults[key])
-    return config
 
 
 def get_lr(it, cfg):
