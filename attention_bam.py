@@ -15,6 +15,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 GGD_EPS = 1e-5  # ε in b = −c·(|Δ − μ| + ε)^β (SPEC §1)
+# A floor for the GGD bias. With shape β < −7.7 the diagonal's −c·ε^β overflows fp32 to −inf, and query 0, which
+# sees only that key, would get NaN (0·inf under SSMax, or a softmax over −inf alone). A floored logit still gets
+# P = 0 wherever any other key is visible, and P = 1 where it is the only key, as the exact value would.
+BIAS_FLOOR = -1e30
 
 
 def alibi_slopes(n_head):
@@ -46,7 +50,7 @@ def ggd_bias(q_pos, k_pos, log_scale, shape, loc=None):
     None (= 0), with μ = exp(loc) − exp(−loc). Δ = k_pos − q_pos, ε = 1e-5.
     Returns a (H, Tq, Tk) tensor in the parameters' dtype; it is defined for
     every (i, j), the causal mask is applied by the caller. shape < 0 is allowed
-    (the diagonal then gets the large negative bias −c·ε^β).
+    (the diagonal then gets the large negative bias −c·ε^β, floored at BIAS_FLOOR).
     """
     delta = (k_pos[None, :] - q_pos[:, None]).to(log_scale.dtype)  # (Tq, Tk)
     dist = delta[None]  # (1, Tq, Tk)
@@ -54,7 +58,7 @@ def ggd_bias(q_pos, k_pos, log_scale, shape, loc=None):
         mu = torch.exp(loc) - torch.exp(-loc)  # (H,)
         dist = dist - mu[:, None, None]
     dist = dist.abs() + GGD_EPS
-    return -torch.exp(log_scale)[:, None, None] * dist.pow(shape[:, None, None])
+    return (-torch.exp(log_scale)[:, None, None] * dist.pow(shape[:, None, None])).clamp(min=BIAS_FLOOR)
 
 
 def alibi_bias(q_pos, k_pos, slopes):
@@ -171,7 +175,9 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None,
             qc = qc * f
             if bias_fn is not None and bias_in_ssmax:
                 mask = f * mask
-        mask = mask.to(q.dtype)  # a fresh tensor here, so the in-place causal fill is safe for autograd
+        # in q's dtype, without −inf: in fp16 a large negative bias (a GGD shape < 0) would overflow, and query 0
+        # (one key) would get NaN. A fresh tensor here, so the in-place causal fill is safe for autograd.
+        mask = mask.clamp(min=torch.finfo(q.dtype).min).to(q.dtype)
         mask[..., t0:].masked_fill_(future, float("-inf"))
         out[:, :, c0:c1] = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask[None], dropout_p=dropout_p)
     return out

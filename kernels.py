@@ -32,7 +32,7 @@ import os
 
 import torch
 
-from attention_bam import GGD_EPS
+from attention_bam import BIAS_FLOOR, GGD_EPS
 from attention_tapa import tapa_split
 
 try:
@@ -51,6 +51,7 @@ HEAD_DIMS = (16, 32, 64, 128)
 LOG2E = tl.constexpr(1.4426950408889634)  # the softmax runs on exp2: exp(z) = exp2(z·log2 e)
 LN2 = tl.constexpr(0.6931471805599453)
 TWO_PI = tl.constexpr(6.283185307179586)
+BIAS_FLOOR = tl.constexpr(BIAS_FLOOR)  # the GGD bias is floored at −1e30, as in attention_bam.ggd_bias
 # Compiled for a GPU, log2/cos/sin of the tiles use the hardware approximations (one MUFU instruction
 # each: lg2.approx, cos.approx, sin.approx, as tl.exp2 already does with ex2.approx). tl.log2/cos/sin
 # call libdevice's accurate versions (1-2 ulp): 15-40 instructions an element, and cos/sin a slow
@@ -159,10 +160,10 @@ def _bam_logits(x, y, delta, f2, c, beta, mu, sm_scale, eps, DOT_PREC: tl.conste
     """One tile of GGD-BAM logits, rows x against rows y: q against k, or k against q for a
     transposed tile, with delta = j − i and f2 = f·log2 e broadcast the same way.
     Returns z = f2·(s + b) (logits in log2 units), s = x·yᵀ/√D, the bias b = −c·(|Δ − μ| + ε)^β
-    computed as exp2(β·log2(|Δ − μ| + ε)), and log2(|Δ − μ| + ε) (for d/dβ)."""
+    computed as exp2(β·log2(|Δ − μ| + ε)) and floored at BIAS_FLOOR, and log2(|Δ − μ| + ε) (for d/dβ)."""
     s = tl.dot(x, tl.trans(y), input_precision=DOT_PREC) * sm_scale
     log2_dist = _log2(tl.abs(delta.to(tl.float32) - mu) + eps)
-    b = -c * tl.exp2(beta * log2_dist)
+    b = tl.maximum(-c * tl.exp2(beta * log2_dist), BIAS_FLOOR)
     return f2 * (s + b), s, b, log2_dist
 
 
@@ -289,9 +290,11 @@ def _bam_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, PRM, DPRM, q_offset, Tq, Tk, H
         f = _ssmax_factor(pos_i, s, HAS_SSMAX, BLOCK_M2)
         dq = tl.zeros([BLOCK_M2, D], tl.float32)
         # Per-head sums, g_x = Σ_j dS·x = Σ_j P·dP·x − Δ_i·Σ_j P·x for x = b, b·log2(dist), s + b, with Δ_i
-        # taken as this row's own Σ_j P·dP (equal to rowsum(dO∘O) in exact arithmetic), so that Σ_j dS = 0
-        # holds to fp32 rounding. rowsum(dO∘O) from an O stored in bf16 is off by ~2^-9 per row, and
-        # that error, times Σ_j P·x, adds up over every row of the per-head sums (dq and dk keep Di).
+        # taken as this row's own Σ_j P·dP / Σ_j P (equal to rowsum(dO∘O) in exact arithmetic), so that
+        # Σ_j dS = 0 holds to fp32 rounding. rowsum(dO∘O) from an O stored in bf16 is off by ~2^-9 per row,
+        # and the recomputed P sums to 1 only up to the rounding of its logits (large under sharp attention
+        # or a large bias); either error, times Σ_j P·x, would add up over every row (dq and dk keep Di).
+        p_sum = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j P
         pdp_sum = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j P·dP
         pdp_b = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j P·dP·b
         p_b = tl.zeros([BLOCK_M2], tl.float32)  # Σ_j P·b
@@ -312,19 +315,22 @@ def _bam_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, PRM, DPRM, q_offset, Tq, Tk, H
             ds = tl.where(pos_i[:, None] > 0, p * (dp - Di[:, None]), 0.0)  # see (1) for query 0
             dq += tl.dot((ds * f[:, None]).to(k.dtype), k, input_precision=DOT_PREC)
             pdp = p * dp
+            bl = b * log2_dist  # one rounding for both sums, so that a one-hot row cancels exactly
+            p_sum += tl.sum(p, 1)
             pdp_sum += tl.sum(pdp, 1)
             pdp_b += tl.sum(pdp * b, 1)
             p_b += tl.sum(p * b, 1)
-            pdp_bl += tl.sum(pdp * b * log2_dist, 1)
-            p_bl += tl.sum(p * b * log2_dist, 1)
+            pdp_bl += tl.sum(pdp * bl, 1)
+            p_bl += tl.sum(p * bl, 1)
             if HAS_SSMAX:
                 pdp_z += tl.sum(pdp * (qk + b), 1)
                 p_z += tl.sum(p * (qk + b), 1)
         _store(DQ, dq * sm_scale, offs_m, Tq, D, 0, D, D)
         keep = row_ok & (pos_i > 0)  # query 0 has dS = 0 (see (1)), padded rows have none
-        g_b = tl.where(keep, pdp_b - pdp_sum * p_b, 0.0)  # Σ_j dS·b            → dlog_scale = Σ_i f_i·g_b
-        g_bl = tl.where(keep, pdp_bl - pdp_sum * p_bl, 0.0)  # Σ_j dS·b·log2(dist) → dshape = ln 2·Σ_i f_i·g_bl
-        g_z = tl.where(keep, pdp_z - pdp_sum * p_z, 0.0)  # Σ_j dS·(s + b)      → dssmax = Σ_i log(i+1)·g_z
+        delta_i = pdp_sum / tl.where(keep, p_sum, 1.0)  # Δ_i
+        g_b = tl.where(keep, pdp_b - delta_i * p_b, 0.0)  # Σ_j dS·b            → dlog_scale = Σ_i f_i·g_b
+        g_bl = tl.where(keep, pdp_bl - delta_i * p_bl, 0.0)  # Σ_j dS·b·log2(dist) → dshape = ln 2·Σ_i f_i·g_bl
+        g_z = tl.where(keep, pdp_z - delta_i * p_z, 0.0)  # Σ_j dS·(s + b)      → dssmax = Σ_i log(i+1)·g_z
         slot = DPRM + bh * tl.num_programs(0) + pid  # DPRM is (3, B·H, programs), zero-filled
         n_slots = tl.num_programs(1) * tl.num_programs(0)
         tl.store(slot, tl.sum(f * g_b, 0))
@@ -449,7 +455,8 @@ def _check_inputs(q, k, v, q_offset, params=()):
         raise ValueError(f"q, k, v must share one dtype among float32/float16/bfloat16; "
                          f"got {q.dtype}, {k.dtype}, {v.dtype}")
     if not isinstance(q_offset, int) or q_offset < 0 or k.shape[2] < q_offset + Tq:
-        raise ValueError(f"need an int q_offset >= 0 with Tk >= q_offset + Tq; got q_offset={q_offset}, "
+        raise ValueError(f"need a Python int q_offset >= 0 with Tk >= q_offset + Tq; got q_offset={q_offset!r} "
+                         f"({type(q_offset).__name__}), "
                          f"Tq={Tq}, Tk={k.shape[2]}")
     for name, p in params:
         if p.shape != (H,):
@@ -490,6 +497,7 @@ class _BAMAttention(torch.autograd.Function):
         return o
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # no double backward: a clear error, not a wrong gradient
     def backward(ctx, do):
         q, k, v, o, lse, prm = ctx.saved_tensors
         (B, H, Tq, D), Tk = q.shape, k.shape[2]
@@ -523,6 +531,7 @@ class _TAPAAttention(torch.autograd.Function):
         return o
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # no double backward: a clear error, not a wrong gradient
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
         (B, H, Tq, D), Tk = q.shape, k.shape[2]
@@ -573,7 +582,9 @@ def tapa_attention(q, k, v, theta=0.5, alpha=0.1, q_offset=0):
     score_ij = (q_A·k_A/√d_amp)·cos(2π·|i − j|^alpha·q_P·k_P/√(D − d_amp)), d_amp = round(theta·D)
     (attention_tapa.tapa_split: the first d_amp dims are the amplitude part), then a causal fp32
     softmax on the score (no extra 1/√D). Returns (B, H, Tq, D) in q's dtype; differentiable in
-    q, k, v. Must equal attention_tapa.tapa_attention_ref(phase="quadratic").
+    q, k, v. Must equal attention_tapa.tapa_attention_ref(phase="quadratic"). |i − j|^alpha is
+    exp2(alpha·log2|i − j|): for alpha > 1 (the paper uses 0.1) its rounding, times the large angle,
+    makes the result a few times less accurate than the reference's pow (still ~4e-4 in fp32 at alpha = 2).
     Raises ValueError for an unsupported head dim, a theta leaving an empty part, alpha < 0,
     mismatched shapes/dtypes/devices or Tk < q_offset + Tq; RuntimeError for CPU tensors without
     TRITON_INTERPRET=1; ImportError without triton.

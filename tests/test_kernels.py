@@ -147,6 +147,60 @@ def test_bam_non_contiguous_inputs():
                       [q, k, v, log_scale, shape], RTOL[torch.float32])
 
 
+def check_against_float64_ref(q, k, v, log_scale, shape, ssmax_scale, rtol):
+    """Kernel (fp32) against bam_attention_ref run in float64: output and every gradient, each within
+    rtol of max(max|float64 value|, max|dv|) (a true gradient can be 0; dv never is)."""
+    inputs = [x for x in (q, k, v, log_scale, shape, ssmax_scale) if x is not None]
+    out = kernels.bam_attention(q, k, v, log_scale, shape, ssmax_scale=ssmax_scale)
+    ref_inputs = [x.detach().double().requires_grad_() for x in inputs]
+    ref = bam_attention_ref(*ref_inputs[:5], ssmax_scale=ref_inputs[5] if ssmax_scale is not None else None)
+    assert torch.isfinite(out).all()
+    assert_close(out, ref, rtol, "output")
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).to(out.device)
+    grads = torch.autograd.grad(out, inputs, grad_out)
+    ref_grads = torch.autograd.grad(ref, ref_inputs, grad_out.double())
+    floor = ref_grads[2].abs().max().item()
+    for name, g, rg in zip(["q", "k", "v", "log_scale", "shape", "ssmax_scale"], grads, ref_grads):
+        err = (g.double() - rg).abs().max().item()
+        assert err <= rtol * max(rg.abs().max().item(), floor), f"grad of {name}: max abs err {err:.3g}"
+
+
+@pytest.mark.parametrize("q_gain,log_scale,shape,ssmax", [(8.0, [-1.0, 0.0], [0.5, 0.5], True),
+                                                         (1.0, [20.0, 20.0], [1.0, 1.0], False)])
+def test_bam_per_head_gradients_sharp_attention(q_gain, log_scale, shape, ssmax):
+    """Sharp attention (large q·k, or a huge bias c = e^20 that leaves each row one key) makes the logits large,
+    and the recomputed P then sums to 1 only up to their rounding. The per-head sums take Δ_i = Σ P·dP / Σ P,
+    so that Σ_j dS = 0 still holds (with Δ_i = Σ P·dP, dssmax was off by 2.7e-4 of its size, and dshape of a
+    one-key-per-row head came out −0.1 where the true value is 0)."""
+    q, k, v = make_qkv(1, 2, 80, 80, 32)
+    q = (q.detach() * q_gain).requires_grad_()
+    params = [torch.tensor(x, device=DEVICE, requires_grad=True) for x in (log_scale, shape)]
+    s = torch.tensor([1.0, 1.2], device=DEVICE, requires_grad=True) if ssmax else None
+    check_against_float64_ref(q, k, v, *params, s, 1e-4)
+
+
+@pytest.mark.parametrize("ssmax", [False, True])
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")  # the interpreter's numpy: the point
+def test_bam_very_negative_shape_stays_finite(ssmax):
+    """shape β = −8: the diagonal bias −c·ε^β overflows fp32 (ε^β = 1e40). Query 0 sees only that key, so its
+    output is v[0] (float64 reference); the kernel floors the bias at −1e30 instead of giving NaN."""
+    q, k, v = make_qkv(1, 2, 37, 37, 16)
+    log_scale = torch.zeros(2, device=DEVICE, requires_grad=True)
+    shape = torch.tensor([-8.0, 0.5], device=DEVICE, requires_grad=True)
+    s = torch.tensor([1.0, 0.8], device=DEVICE, requires_grad=True) if ssmax else None
+    check_against_float64_ref(q, k, v, log_scale, shape, s, 1e-4)
+
+
+def test_no_double_backward():
+    """The backward kernels are not differentiable themselves: create_graph=True must raise, not return a dq
+    without a graph (which would silently drop a gradient penalty)."""
+    q, k, v = make_qkv(1, 2, 20, 20, 16)
+    for out in [_bam(q, k, v), kernels.tapa_attention(q, k, v)]:
+        gq, = torch.autograd.grad(out.pow(2).sum(), q, create_graph=True)
+        with pytest.raises(RuntimeError, match="once_differentiable"):
+            (out.sum() + gq.pow(2).sum()).backward()  # a loss with a gradient penalty
+
+
 # ----------------------------------------------------------------------------- TAPA
 
 @pytest.mark.parametrize("D", [16, 64])
