@@ -48,7 +48,9 @@ def parse_args():
     p.add_argument("--width", type=int, default=2048, help="H = width // D")
     p.add_argument("--out", default=None, help="also write the report (markdown) to this file, and its plots to "
                                                "a PNG beside it")
-    p.add_argument("--smoke", action="store_true", help="one tiny size, to check that the script runs (CPU ok)")
+    p.add_argument("--smoke", action="store_true",
+                   help="one tiny size (T = 40, D = 16; --seqlens and --head-dims do not apply), to check that "
+                        "the script runs (CPU ok)")
     p.add_argument("--sass", action="store_true", help="compile for sm_90 and count machine instructions (no GPU)")
     return p.parse_args()
 

@@ -3,9 +3,15 @@ nanoGPT-style configurator for train.py: defaults, then config files (Python fil
 key = value), then --key=value overrides, each checked against the default's type.
 
     cfg = get_config(sys.argv[1:], defaults)
+
+Also the command-line helpers every script uses: run_script (nanoPE's own errors as one
+line) and positive_int (an argparse type).
 """
+import argparse
 import ast
 import os
+import sys
+import traceback
 
 # the type a value must have for the keys whose default is None (unset)
 NONE_DEFAULT_TYPES = {"wandb_run_name": str, "vocab_size": int, "lr_decay_iters": int, "min_lr": float}
@@ -82,3 +88,33 @@ def get_config(argv, defaults):
                 raise ValueError(f"unknown key {key!r}; valid keys: {valid}")
             config[key] = parse_value(key, text, defaults[key])
     return config
+
+
+def positive_int(text):
+    """argparse type: an int >= 1, else argparse's usage error naming the value."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def run_script(main):
+    """Run a script's main() (train.py, sample.py, passkey.py, eval_ppl.py, sweep.py, data/*.py).
+
+    A ValueError or FileNotFoundError raised by nanoPE's own checks (code in this repository:
+    a bad config, a missing checkpoint or dataset) ends the script with its one-line message,
+    which names the fix, and exit status 1; one raised inside torch or another library keeps
+    its traceback. Ctrl-C ends the script with status 130 and no traceback.
+    """
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except (ValueError, FileNotFoundError) as e:
+        where = os.path.abspath(traceback.extract_tb(e.__traceback__)[-1].filename)
+        if not where.startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep):
+            raise
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {e}")

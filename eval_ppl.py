@@ -21,8 +21,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from data.tokenizer import read_meta
-from model import load_checkpoint, positive_int, run_script
+from configurator import positive_int, run_script
+from data.tokenizer import data_dir_of, read_meta
+from model import load_checkpoint
 from passkey import parse_lengths
 
 
@@ -134,7 +135,7 @@ def main(argv=None):
     p.add_argument("--split", default="val")
     p.add_argument("--lengths", default="1x,2x,4x,8x,16x", help="multiples of block_size (Nx) or token counts")
     p.add_argument("--stride", type=positive_int, help="sliding-window stride S (default: full windows; S >= L: full)")
-    p.add_argument("--max_tokens", type=int, help="use only the first max_tokens held-out tokens")
+    p.add_argument("--max_tokens", type=positive_int, help="use only the first max_tokens held-out tokens")
     p.add_argument("--max_windows", type=positive_int, help="at most this many windows per length")
     p.add_argument("--batch_size", type=positive_int, default=1, help="windows per forward")
     p.add_argument("--chunk", type=positive_int, default=1024, help="tokens per chunked forward")
@@ -156,7 +157,7 @@ def main(argv=None):
         dataset = ckpt.get("config", {}).get("dataset")
         if not (args.data_dir or dataset):
             p.error(f"{path} names no dataset in its config: pass --data_dir")
-        data_dir = args.data_dir or os.path.join("data", dataset)
+        data_dir = args.data_dir or data_dir_of(dataset)  # as train.py found it (a folder, else data/<dataset>)
         meta = read_meta(data_dir)
         if meta["tokenizer"] != ckpt.get("tokenizer", meta["tokenizer"]):
             p.error(f"{path} uses tokenizer {ckpt['tokenizer']!r} but {data_dir} holds {meta['tokenizer']!r} tokens")

@@ -4,7 +4,7 @@ GPT-2 blocks (pre-LayerNorm, fused qkv projection, tied lm_head, `bias` flag).
 
 config.pos selects the positional variant (SPEC §1, §3, §4):
     nope        no positional signal
-    sinusoidal  fixed sin/cos (base 10000) added to the token embeddings
+    sinusoidal  fixed sin/cos (base 10000) added to the token embeddings, at their scale
     learned     GPT-2's learned wpe (cannot go past block_size)
     rope        rotary embedding of q and k (base config.rope_base)
     alibi       −slope_h·|i − j| added to the logits
@@ -69,6 +69,16 @@ class GPTConfig:
             raise ValueError("rope needs an even head dim n_embd // n_head")
         if self.pos == "tapa":
             tapa_split(self.n_embd // self.n_head, self.tapa_theta)
+            if not self.tapa_alpha >= 0:
+                raise ValueError(f"tapa_alpha must be >= 0 (|i − j|^alpha is infinite at i = j otherwise), "
+                                 f"got {self.tapa_alpha}")
+
+
+# The sinusoid is added at the token embeddings' scale. sin/cos have rms 1/√2: added as they are to embeddings
+# initialised with std 0.02 they would outweigh them 35 to 1 (on tiny Shakespeare that model trailed NoPE, ppl 28.6
+# against 12.0, docs/results.md). Vaswani et al. bring the two to the same scale by multiplying the embeddings
+# by √d_model (their init has std d_model^−1/2); with nanoGPT's init the same balance is the sinusoid at rms 0.02.
+SINUSOIDAL_SCALE = 0.02 * math.sqrt(2)
 
 
 def sinusoidal_embedding(pos, dim, base=10000.0):
@@ -267,7 +277,7 @@ class GPT(nn.Module):
         if self.config.pos == "learned":
             x = x + self.transformer.wpe(pos)
         elif self.config.pos == "sinusoidal":
-            x = x + sinusoidal_embedding(pos, self.config.n_embd).to(x.dtype)
+            x = x + (SINUSOIDAL_SCALE * sinusoidal_embedding(pos, self.config.n_embd)).to(x.dtype)
         x = self.transformer.drop(x)
         for layer, block in enumerate(self.transformer.h):
             x, kv = block(x, t0, None if cache is None else cache[layer])
@@ -295,12 +305,13 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, prefill_chunk=1024):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, prefill_chunk=1024, vocab_size=None):
         """Sample max_new_tokens tokens after idx (B, T) with the KV cache; returns (B, T + max_new_tokens).
 
         The prompt is prefilled in chunks of prefill_chunk tokens. No cropping:
         variants that extrapolate go past block_size; pos='learned' raises ValueError.
-        temperature > 0; top_k keeps the k most likely tokens.
+        temperature > 0; top_k keeps the k most likely tokens; vocab_size: sample only ids
+        below it (the tokenizer's size: GPT-2's 50257 is padded to 50304 in the model).
         """
         if self.config.pos == "learned" and idx.size(1) + max_new_tokens > self.config.block_size:
             raise ValueError(f"pos='learned' cannot generate past block_size={self.config.block_size} "
@@ -309,7 +320,7 @@ class GPT(nn.Module):
         for c0 in range(0, idx.size(1), prefill_chunk):
             logits, _ = self(idx[:, c0:c0 + prefill_chunk], cache=cache)
         for _ in range(max_new_tokens):
-            logits = logits[:, -1, :] / temperature
+            logits = logits[:, -1, :vocab_size] / temperature
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float("inf")
@@ -336,36 +347,3 @@ def load_checkpoint(path, device="cpu"):
     state = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
     model.load_state_dict(state)
     return model.to(device), ckpt
-
-
-
-def positive_int(text):
-    """argparse type: an int >= 1, else argparse's usage error naming the value."""
-    import argparse
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def run_script(main):
-    """Run a script's main() (train.py, sample.py, passkey.py, eval_ppl.py).
-
-    A ValueError or FileNotFoundError raised by nanoPE's own checks (code in this repository:
-    a bad config, a missing checkpoint or dataset) ends the script with its one-line message,
-    which names the fix, and exit status 1; one raised inside torch or another library keeps
-    its traceback.
-    """
-    import os
-    import sys
-    import traceback
-    try:
-        main()
-    except (ValueError, FileNotFoundError) as e:
-        where = os.path.abspath(traceback.extract_tb(e.__traceback__)[-1].filename)
-        if not where.startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep):
-            raise
-        sys.exit(f"{os.path.basename(sys.argv[0])}: {e}")

@@ -23,9 +23,10 @@ from contextlib import nullcontext
 import torch
 from tqdm import tqdm
 
+from configurator import positive_int, run_script
 from data.passkey import passkey_depths, passkey_min_length, passkey_prompt, random_key
 from data.tokenizer import get_tokenizer
-from model import load_checkpoint, positive_int, run_script
+from model import load_checkpoint
 
 
 def parse_lengths(spec, block_size):

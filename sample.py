@@ -14,8 +14,9 @@ from contextlib import nullcontext
 
 import torch
 
+from configurator import positive_int, run_script
 from data.tokenizer import get_tokenizer
-from model import load_checkpoint, positive_int, run_script
+from model import load_checkpoint
 
 
 def read_start(start):
@@ -65,7 +66,7 @@ def main(argv=None):
     with torch.no_grad(), ctx:
         for _ in range(args.num_samples):
             y = model.generate(x, args.max_new_tokens, temperature=args.temperature,
-                               top_k=args.top_k or None, prefill_chunk=args.prefill_chunk)
+                               top_k=args.top_k or None, prefill_chunk=args.prefill_chunk, vocab_size=tok.vocab_size)
             print(tok.decode(y[0].tolist()))
             print("---------------")
 

@@ -22,10 +22,11 @@ import time
 import numpy as np
 import torch
 
+from configurator import run_script
 import train
 from data.shakespeare import load_text, prepare
 from eval_ppl import evaluate_ppl
-from model import load_checkpoint, run_script
+from model import load_checkpoint
 from passkey import run_passkey
 
 VARIANTS = [("nope", False), ("sinusoidal", False), ("learned", False), ("rope", False), ("alibi", False),

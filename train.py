@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from configurator import get_config
-from model import GPT, GPTConfig, run_script
+from configurator import get_config, run_script
+from model import GPT, GPTConfig
 
 # -----------------------------------------------------------------------------
 # defaults: the CPU demo
@@ -131,9 +131,8 @@ def prepare_data(dataset_name):
     Other datasets must be prepared by their script; read_meta then raises
     FileNotFoundError naming the command.
     """
-    from data.tokenizer import read_meta
-    data_dir = dataset_name if os.path.isdir(dataset_name) else \
-        os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", dataset_name)
+    from data.tokenizer import data_dir_of, read_meta
+    data_dir = data_dir_of(dataset_name)
     parts = os.path.basename(os.path.normpath(dataset_name)).split("_")
     if not os.path.isfile(os.path.join(data_dir, "meta.json")) and len(parts) == 3 and parts[0] == "passkey":
         from data.passkey import build_dataset
@@ -147,6 +146,18 @@ def save_checkpoint(path, ckpt):
     tmp = path + ".tmp"
     torch.save(ckpt, tmp)
     os.replace(tmp, path)
+
+
+def get_rng_state(device_type):
+    """(cpu, cuda) random state of this process (cuda: None on CPU)."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state() if device_type == "cuda" else None
+
+
+def set_rng_state(state, device_type):
+    """Restore a state of get_rng_state."""
+    torch.set_rng_state(state[0])
+    if device_type == "cuda" and state[1] is not None:
+        torch.cuda.set_rng_state(state[1])
 
 
 def plot_history(history, path):
@@ -171,7 +182,8 @@ def train(cfg):
     """Run training with the config dict cfg (as get_config returns). Returns the final eval losses."""
     cfg = dict(cfg)
     settings = dict(cfg)  # what checkpoints record: the settings as given, the model's own below
-    for key in ("batch_size", "gradient_accumulation_steps", "eval_interval", "eval_iters"):  # model sizes: GPTConfig
+    for key in ("batch_size", "gradient_accumulation_steps", "eval_interval", "eval_iters", "log_interval"):
+        # (model sizes are checked by GPTConfig)
         if cfg[key] < 1:
             raise ValueError(f"{key} must be >= 1, got {cfg[key]}")
     if cfg["dtype"] not in ("auto", "float32", "bfloat16", "float16"):
@@ -224,9 +236,11 @@ def train(cfg):
         torch.distributed.barrier()
         data_dir, meta = prepare_data(cfg["dataset"])
 
-    if "example_len" in meta and cfg["block_size"] > meta["example_len"] - 1:
-        raise ValueError(f"{data_dir} holds examples of {meta['example_len'] - 1} tokens (+1 for the targets), shorter "
-                         f"than block_size={cfg['block_size']}: use --block_size<={meta['example_len'] - 1} or a "
+    if "example_len" in meta and cfg["block_size"] != meta["example_len"] - 1:
+        # windows start at example boundaries: a longer one would not exist, a shorter one would cut off the
+        # key and the answer, which come last
+        raise ValueError(f"{data_dir} holds examples of {meta['example_len'] - 1} tokens (+1 for the targets), not "
+                         f"block_size={cfg['block_size']}: use --block_size={meta['example_len'] - 1} or a "
                          f"passkey set of that length (--dataset=passkey_{meta['tokenizer']}_{cfg['block_size']}, "
                          f"made on the fly)")
 
@@ -246,7 +260,7 @@ def train(cfg):
         if ignored and master:
             print(f"resume: the model is the checkpoint's; ignoring {', '.join(ignored)}")
         cfg.update({k: v for k, v in model_args.items() if k in cfg})
-        if ckpt["iter_num"] >= cfg["max_iters"]:
+        if ckpt["iter_num"] >= cfg["max_iters"] and not cfg["eval_only"]:
             if master:
                 print(f"{ckpt_path} is at iteration {ckpt['iter_num']}, max_iters={cfg['max_iters']}: nothing to "
                       f"train (raise --max_iters to go on)")
@@ -273,9 +287,15 @@ def train(cfg):
     if ckpt is not None:
         optimizer.load_state_dict(ckpt["optimizer"])
         iter_num, best_val_loss, history = ckpt["iter_num"], ckpt["best_val_loss"], ckpt["history"]
-        torch.set_rng_state(ckpt["rng_cpu"])
-        if device_type == "cuda" and ckpt.get("rng_cuda") is not None:
-            torch.cuda.set_rng_state(ckpt["rng_cuda"])
+        # every process goes on with its own random state (batches, dropout), saved by rank
+        rng_states = ckpt.get("rng_states") or [(ckpt["rng_cpu"], ckpt.get("rng_cuda"))]
+        if len(rng_states) == world:
+            set_rng_state(rng_states[rank], device_type)
+        else:
+            torch.manual_seed(cfg["seed"] + rank + world * iter_num)
+            if master:
+                print(f"resume: the checkpoint was written by {len(rng_states)} process(es), this run has {world}: "
+                      f"new random streams (batches differ from an uninterrupted run)")
         ckpt = None  # free memory
         if master:
             print(f"resuming {ckpt_path} at iteration {iter_num} of {cfg['max_iters']}")
@@ -324,11 +344,19 @@ def train(cfg):
         wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"] or
                    f"{cfg['pos']}{'+ssmax' if cfg['ssmax'] else ''}", config=cfg)
 
-    def checkpoint():
+    def checkpoint(rng_states):
+        """The run's state; rng_states: one (cpu, cuda) random state per process, in rank order."""
         return {"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": model_args,
                 "iter_num": iter_num, "best_val_loss": best_val_loss, "config": settings, "history": history,
-                "tokenizer": meta["tokenizer"], "rng_cpu": torch.get_rng_state(),
-                "rng_cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}
+                "tokenizer": meta["tokenizer"], "rng_states": rng_states}
+
+    def all_rng_states():
+        """(cpu, cuda) random state of every process, in rank order (a collective under DDP)."""
+        states = [get_rng_state(device_type)]
+        if ddp:
+            states = [None] * world
+            torch.distributed.all_gather_object(states, get_rng_state(device_type))
+        return states
 
     start_iter, losses = iter_num, None
     bar = tqdm(total=cfg["max_iters"], initial=iter_num, disable=not master, dynamic_ncols=True, desc="train")
@@ -347,9 +375,10 @@ def train(cfg):
     previous_handler = signal.signal(signal.SIGINT, on_ctrl_c) if catch_ctrl_c else None
     while True:
         # evaluate and checkpoint (not at the iteration a resumed run starts from: it did that already)
-        if iter_num % cfg["eval_interval"] == 0 and (iter_num != start_iter or iter_num == 0) or iter_num == cfg["max_iters"]:
+        if iter_num % cfg["eval_interval"] == 0 and (iter_num != start_iter or iter_num == 0) or \
+                iter_num == cfg["max_iters"] or cfg["eval_only"]:
+            t_eval = time.time()
             if master:
-                t_eval = time.time()
                 losses = estimate_loss()
                 history.append([iter_num, losses["train"], losses["val"]])
                 log(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
@@ -358,9 +387,11 @@ def train(cfg):
                 if len(history) > 1:
                     plot_history(history, os.path.join(cfg["out_dir"], "loss.png"))
                 best_val_loss = min(best_val_loss, losses["val"])
-                if iter_num > 0 and (cfg["always_save_checkpoint"] or losses["val"] <= best_val_loss):
-                    save_checkpoint(ckpt_path, checkpoint())
-                t_last += time.time() - t_eval  # tok_s counts training time only
+            rng_states = all_rng_states()  # after rank 0's evaluation, which draws batches too
+            if master and iter_num > 0 and not cfg["eval_only"] and (
+                    cfg["always_save_checkpoint"] or losses["val"] <= best_val_loss):
+                save_checkpoint(ckpt_path, checkpoint(rng_states))
+            t_last += time.time() - t_eval  # tok_s counts training time only
             if ddp:
                 torch.distributed.barrier()
         if iter_num >= cfg["max_iters"] or cfg["eval_only"]:
@@ -369,7 +400,7 @@ def train(cfg):
             if iter_num == start_iter:  # no step taken: out_dir already holds this state, or nothing to keep
                 log(f"interrupted at iteration {iter_num}, before any step of this run: nothing to save")
             elif cfg["always_save_checkpoint"]:
-                save_checkpoint(ckpt_path, checkpoint())
+                save_checkpoint(ckpt_path, checkpoint(all_rng_states()))
                 log(f"interrupted: saved {ckpt_path} at iteration {iter_num}; resume with --init_from=resume")
             else:  # ckpt.pt holds the model of the best validation loss: keep it
                 log(f"interrupted at iteration {iter_num}; not saved (always_save_checkpoint=False keeps "
@@ -427,10 +458,7 @@ def main():
         cfg = get_config(argv, dict(defaults, **{k: v for k, v in saved.items() if k in defaults}))
         print(f"resume: the settings of {ckpt_path}, with {' '.join(argv)}")
     print(json.dumps(cfg))
-    try:
-        train(cfg)
-    except KeyboardInterrupt:
-        sys.exit(130)  # Ctrl-C: train() has said what it saved
+    train(cfg)  # Ctrl-C: train() says what it saved, run_script exits with status 130
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import shutil
 import numpy as np
 from tqdm import tqdm
 
+from configurator import positive_int, run_script
 from data.tokenizer import get_tokenizer, write_meta, write_split
 
 REPOS = {"fineweb": "HuggingFaceFW/fineweb", "edu": "HuggingFaceFW/fineweb-edu"}
@@ -125,6 +126,7 @@ def _tokenize_to_shards(st, texts, out_dir, shard_size, max_tokens, num_proc, ch
     limit = float("inf") if max_tokens is None else max_tokens
     shard, doc, offset, total = st["shards"], st["docs"], st["offset"], st["tokens"]
     buf, fill = np.empty(shard_size, dtype=np.uint16), 0
+    get_tokenizer("gpt2")  # fail here, with its message: a worker whose initializer fails is restarted forever
     with mp.Pool(num_proc, initializer=_init_worker) as pool:
         bar = tqdm(total=max_tokens, initial=total, unit="tok", unit_scale=True, desc="tokenizing")
         for ids in pool.imap(tokenize_doc, texts, chunksize=chunksize):
@@ -166,9 +168,15 @@ def prepare(out_dir, data_files=None, dataset="fineweb", name="sample-10BT", sha
 
     data_files: list of local .parquet / .jsonl paths with a "text" column (then dataset /
     name are ignored), else the hub config `name` of REPOS[dataset]. Stops after
-    max_tokens tokens (None: all). Raises ValueError if max_tokens <= shard_size and
-    RuntimeError if the data is smaller than one shard (there would be no train tokens).
+    max_tokens tokens (None: all). Raises FileNotFoundError for a missing data file, ValueError
+    if shard_size < 1, if max_tokens <= shard_size or if the data is smaller than one shard (there
+    would be no train tokens).
     """
+    missing = [f for f in data_files or [] if not os.path.isfile(f)]
+    if missing:
+        raise FileNotFoundError(f"data file(s) not found: {', '.join(missing)} (--data_files takes .parquet/.jsonl paths)")
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1 token, got {shard_size}")
     if max_tokens is not None and max_tokens <= shard_size:
         raise ValueError(f"max_tokens ({max_tokens}) must exceed shard_size ({shard_size}): shard 0 is val")
     if data_files:
@@ -192,7 +200,7 @@ def prepare(out_dir, data_files=None, dataset="fineweb", name="sample-10BT", sha
         _tokenize_to_shards(st, texts, out_dir, shard_size, max_tokens, num_proc or os.cpu_count(), chunksize)
     n = st["complete"]["shards"]
     if n < 2:
-        raise RuntimeError(f"only {st['complete']['tokens']:,} tokens, less than one shard: lower --shard_size")
+        raise ValueError(f"only {st['complete']['tokens']:,} tokens, less than one shard: lower --shard_size")
     for f in os.listdir(out_dir):  # shards left over from an earlier, longer run
         if f.startswith("train_") and f.endswith(".bin") and int(f[6:-4]) >= n - 1:
             os.remove(os.path.join(out_dir, f))
@@ -203,7 +211,7 @@ def prepare(out_dir, data_files=None, dataset="fineweb", name="sample-10BT", sha
                       shard_size=shard_size, n_shards=n, prepare=cmd)
 
 
-if __name__ == "__main__":
+def main():
     num = lambda s: int(float(s))  # accepts 1e9
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", choices=sorted(REPOS), default="fineweb", help="edu: HuggingFaceFW/fineweb-edu")
@@ -212,9 +220,13 @@ if __name__ == "__main__":
     p.add_argument("--out_dir", default=None, help="default data/<fineweb|fineweb-edu>_<name> (data/fineweb_local)")
     p.add_argument("--shard_size", type=num, default=10**8, help="tokens per shard")
     p.add_argument("--max_tokens", type=num, default=None, help="stop after this many tokens")
-    p.add_argument("--num_proc", type=int, default=None, help="tokenizer processes (default: all cores)")
-    p.add_argument("--chunksize", type=int, default=16, help="documents per worker task")
+    p.add_argument("--num_proc", type=positive_int, default=None, help="tokenizer processes (default: all cores)")
+    p.add_argument("--chunksize", type=positive_int, default=16, help="documents per worker task")
     a = p.parse_args()
     prefix = "fineweb-edu" if a.dataset == "edu" else "fineweb"
     out_dir = a.out_dir or os.path.join("data", "fineweb_local" if a.data_files else f"{prefix}_{a.name}")
     prepare(out_dir, a.data_files, a.dataset, a.name, a.shard_size, a.max_tokens, a.num_proc, a.chunksize)
+
+
+if __name__ == "__main__":
+    run_script(main)  # nanoPE's own errors (a bad option, missing input) as one line, no traceback

@@ -18,6 +18,7 @@ import random
 import numpy as np
 from tqdm import tqdm
 
+from configurator import positive_int, run_script
 from data.tokenizer import get_tokenizer, write_meta, write_split
 
 INTRO = ("There is an important info hidden inside a lot of irrelevant text. "
@@ -133,23 +134,27 @@ def build_dataset(tokenizer_name, length, n_train, n_val, seed, out_dir, n_digit
     """
     for split, n in (("train", n_train), ("val", n_val)):
         rng = random.Random(f"passkey-{split}-{seed}")
-        write_split(out_dir, split, make_examples(tokenizer_name, length, n, rng, n_digits, desc=split).ravel())
+        write_split(out_dir, split, make_examples(tokenizer_name, length, n, rng, n_digits, desc=f"passkey {split} prompts").ravel())
     cmd = (f"python data/passkey.py --tokenizer {tokenizer_name} --length {length} --n_train {n_train} "
            f"--n_val {n_val} --seed {seed} --n_digits {n_digits}")
     return write_meta(out_dir, tokenizer_name, dataset="passkey", example_len=length + 1, length=length,
                       n_train=n_train, n_val=n_val, seed=seed, n_digits=n_digits, prepare=cmd)
 
 
-if __name__ == "__main__":
+def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tokenizer", choices=["byte", "gpt2"], default="byte")
-    p.add_argument("--length", type=int, default=512, help="tokens per example without the final pad (= block_size)")
-    p.add_argument("--n_train", type=int, default=20000)
-    p.add_argument("--n_val", type=int, default=500)
+    p.add_argument("--length", type=positive_int, default=512, help="tokens per example without the final pad (= block_size)")
+    p.add_argument("--n_train", type=positive_int, default=20000)
+    p.add_argument("--n_val", type=positive_int, default=500)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--n_digits", type=int, default=5)
+    p.add_argument("--n_digits", type=positive_int, default=5)
     p.add_argument("--out_dir", default=None, help="default data/passkey_<tokenizer>_<length>")
     args = p.parse_args()
     out_dir = args.out_dir or os.path.join("data", f"passkey_{args.tokenizer}_{args.length}")
     meta = build_dataset(args.tokenizer, args.length, args.n_train, args.n_val, args.seed, out_dir, args.n_digits)
     print(f"{args.n_train:,} train / {args.n_val:,} val examples of {meta['example_len']} tokens in {out_dir}")
+
+
+if __name__ == "__main__":
+    run_script(main)  # nanoPE's own errors (a bad option, missing input) as one line, no traceback

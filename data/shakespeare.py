@@ -10,6 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import argparse
 import urllib.request
 
+from configurator import run_script
 from data.tokenizer import get_tokenizer, write_meta, write_split
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -36,7 +37,8 @@ def prepare(text, tokenizer_name, out_dir, train_frac=0.9):
 def load_text(path=None, cache=None):
     """The text of `path`, else of `cache` if present, else downloaded from URL (saved to cache).
 
-    Raises SystemExit with a hint to pass --input when the download fails (offline).
+    Raises FileNotFoundError if `path` does not exist, SystemExit with a hint to pass --input
+    when the download fails (offline).
     """
     if path is None and cache and os.path.isfile(cache):
         path = cache
@@ -51,11 +53,13 @@ def load_text(path=None, cache=None):
             with open(cache, "w", encoding="utf-8") as f:
                 f.write(text)
         return text
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--input {path} not found (a tinyshakespeare text; without --input it is downloaded)")
     with open(path, encoding="utf-8") as f:
         return f.read()
 
 
-if __name__ == "__main__":
+def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tokenizer", choices=["byte", "gpt2"], default="byte")
     p.add_argument("--input", default=None, help="local tinyshakespeare text (else downloaded)")
@@ -65,3 +69,7 @@ if __name__ == "__main__":
     text = load_text(args.input, cache=os.path.join(out_dir, "input.txt"))
     counts = prepare(text, args.tokenizer, out_dir)
     print(f"{len(text):,} characters -> train {counts['train']:,} tokens, val {counts['val']:,} tokens in {out_dir}")
+
+
+if __name__ == "__main__":
+    run_script(main)  # nanoPE's own errors (a bad option, missing input) as one line, no traceback

@@ -14,7 +14,7 @@ PREPARE_COMMANDS = [
     "python data/shakespeare.py --tokenizer byte",
     "python data/shakespeare.py --tokenizer gpt2",
     "python data/passkey.py --tokenizer byte --length 512 --n_train 20000 --n_val 500 --seed 0",
-    "python data/fineweb.py --name sample-10BT --max_tokens 100000000",
+    "python data/fineweb.py --name sample-10BT --max_tokens 1e9",
 ]
 
 
@@ -51,8 +51,9 @@ class GPT2Tokenizer:
         return self.enc.encode_ordinary(text)
 
     def decode(self, ids):
-        """list[int] -> str (eot decodes to "<|endoftext|>")."""
-        return self.enc.decode(list(ids))
+        """list[int] -> str (eot decodes to "<|endoftext|>"); ids past the vocabulary (the model's padding,
+        50257..50303, which only an untrained model predicts) are dropped."""
+        return self.enc.decode([i for i in ids if i < self.vocab_size])
 
 
 def get_tokenizer(name):
@@ -93,6 +94,14 @@ def write_meta(out_dir, tokenizer_name, **extra):
         json.dump(meta, f, indent=2)
     os.replace(path + ".tmp", path)
     return meta
+
+
+def data_dir_of(dataset):
+    """The folder of a --dataset value: the path itself if it is a folder (relative to the working
+    directory), else data/<dataset> in the repository (wherever the script is run from)."""
+    if os.path.isdir(dataset):
+        return dataset
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), dataset)
 
 
 def read_meta(data_dir):

@@ -50,6 +50,16 @@ def test_gpt2_tokenizer_round_trip(gpt2_tokenizer):
     ids = tok.encode(TEXT)
     assert ids == tiktoken_ids([TEXT])[0] and 50256 not in ids  # special text stays ordinary
     assert tok.decode(ids) == TEXT
+    assert tok.decode([15496, 50300, 995]) == "Hello world"  # a padding id of the model's 50304 rows is dropped
+
+
+def test_data_dir_of_a_dataset_name(tmp_path, monkeypatch):
+    """--dataset: a folder relative to the working directory, else data/<name> in the repository, from anywhere."""
+    from data.tokenizer import data_dir_of
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    assert data_dir_of("mine") == "mine"
+    assert data_dir_of("shakespeare_byte") == str(ROOT / "data" / "shakespeare_byte")
 
 
 def test_unknown_tokenizer():

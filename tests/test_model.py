@@ -146,6 +146,23 @@ def test_bam_with_zero_scale_equals_nope():
     assert torch.allclose(nope(x, x)[0], bam(x, x)[0], atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype,shape", [(torch.float16, -1.0), (torch.float32, -8.0)])
+@pytest.mark.parametrize("use_ssmax", [False, True])
+def test_bam_negative_shape_stays_finite(dtype, shape, use_ssmax):
+    """A shape β < 0 gives the diagonal the bias −c·ε^β: 1e5·c at β = −1 (beyond fp16), 1e40·c at β = −8 (beyond
+    fp32). Query 0 sees only that key, so its output is v[0]; the rest must match the float64 computation."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 9, 8, generator=g) for _ in range(3))
+    log_scale, shape_t = torch.zeros(2), torch.tensor([shape, 0.5])
+    s = torch.tensor([1.0, 0.8]) if use_ssmax else None
+    out = bam_attention_ref(q.to(dtype), k.to(dtype), v.to(dtype), log_scale, shape_t, ssmax_scale=s)
+    ref = bam_attention_ref(q.double(), k.double(), v.double(), log_scale.double(), shape_t.double(),
+                            ssmax_scale=s.double() if use_ssmax else None)
+    assert torch.isfinite(out).all()
+    assert torch.allclose(ref[:, :, 0], v[:, :, 0].double())
+    assert torch.allclose(out.double(), ref, atol=2e-3 if dtype == torch.float16 else 1e-5)
+
+
 # ---------------------------------------------------------------- SPEC §3
 
 @pytest.mark.parametrize("phase", ["quadratic", "linear"])
@@ -202,6 +219,18 @@ def test_sinusoidal_closed_form():
         assert e[1, 2 * k].item() == pytest.approx(math.sin(7 * w), abs=1e-6)
         assert e[1, 2 * k + 1].item() == pytest.approx(math.cos(7 * w), abs=1e-6)
     assert torch.allclose(e[0, 1::2], torch.ones(4))
+
+
+def test_sinusoidal_model_adds_the_scaled_sinusoid():
+    """The first block's input is wte(idx) + 0.02·√2·PE: the sinusoid at the token embeddings' init std (rms 0.02)."""
+    m = tiny("sinusoidal", dropout=0.0)
+    seen = []
+    m.transformer.drop.register_forward_hook(lambda mod, inp, out: seen.append(inp[0]))
+    idx = torch.randint(0, 37, (1, 9))
+    m(idx)
+    pe = torch.tensor([[math.sin(t * 10000 ** (-2 * (d // 2) / 32)) if d % 2 == 0 else
+                        math.cos(t * 10000 ** (-2 * (d // 2) / 32)) for d in range(32)] for t in range(9)])
+    assert torch.allclose(seen[0][0], m.transformer.wte(idx)[0] + 0.02 * math.sqrt(2) * pe, atol=1e-6)
 
 
 # ---------------------------------------------------------------- the whole model
@@ -271,6 +300,20 @@ def test_learned_past_block_size_raises():
         m(torch.zeros(1, 17, dtype=torch.long))
     with pytest.raises(ValueError, match="block_size=16"):
         m.generate(torch.zeros(1, 10, dtype=torch.long), 7)
+
+
+def test_generate_samples_only_the_tokenizers_ids():
+    """vocab_size = the tokenizer's size: the model's padding rows (GPT-2: 50257 of 50304) are never sampled."""
+    m = tiny("rope")
+    torch.manual_seed(0)
+    out = m.generate(torch.zeros(2, 3, dtype=torch.long), 40, temperature=50.0, vocab_size=5)
+    assert out[:, 3:].max() < 5 and out[:, 3:].max() >= 1
+    assert m.generate(torch.zeros(2, 3, dtype=torch.long), 40, temperature=50.0)[:, 3:].max() >= 5  # all 37 without
+
+
+def test_negative_tapa_alpha_is_refused():
+    with pytest.raises(ValueError, match="tapa_alpha must be >= 0"):
+        GPTConfig(pos="tapa", tapa_alpha=-0.1)
 
 
 def test_unknown_pos_lists_valid_names():

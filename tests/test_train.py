@@ -72,18 +72,22 @@ def test_presets_parse():
     ("sample.py", ["--out_dir=no-such-dir"], "train one first"),
     ("passkey.py", ["--samples=0"], "expected an integer >= 1"),  # argparse (status 2)
     ("sample.py", ["--top_k=-1"], "--top_k >= 0"),
+    ("data/shakespeare.py", ["--input=no-such-file.txt", "--out_dir=no-such-dir"], "--input no-such-file.txt not found"),
+    ("data/passkey.py", ["--length=10", "--out_dir=no-such-dir"], "below the minimum passkey length"),
+    ("data/passkey.py", ["--n_train=0"], "expected an integer >= 1"),
+    ("data/fineweb.py", ["--data_files", "no-such-file.parquet", "--out_dir=no-such-dir"], "not found"),
 ])
 def test_cli_reports_errors_cleanly(script, args, message):
-    """nanoPE's own errors end the script with one line (model.run_script: status 1; argparse: 2), no traceback."""
+    """nanoPE's own errors end the script with one line (configurator.run_script: status 1; argparse: 2), no traceback."""
     r = subprocess.run([sys.executable, script] + args, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode in (1, 2) and f"{script}: " in r.stderr and message in r.stderr, r.stderr[-2000:]
+    assert r.returncode in (1, 2) and f"{os.path.basename(script)}: " in r.stderr and message in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr, r.stderr[-2000:]
 
 
 def test_run_script_keeps_library_tracebacks():
-    """model.run_script turns a ValueError raised in this repository into a one-line exit, and lets one raised
+    """configurator.run_script turns a ValueError raised in this repository into a one-line exit, and lets one raised
     in a file elsewhere (a library) propagate with its traceback."""
-    from model import run_script
+    from configurator import run_script
     ns = {}
     exec(compile("def main():\n    raise ValueError('raised in a library')\n", "/elsewhere/lib.py", "exec"), ns)
     with pytest.raises(ValueError, match="raised in a library"):
@@ -93,6 +97,12 @@ def test_run_script_keeps_library_tracebacks():
         raise ValueError("bad setting: use --x=1")
     with pytest.raises(SystemExit, match="bad setting: use --x=1"):
         run_script(main)
+
+    def interrupted():
+        raise KeyboardInterrupt
+    with pytest.raises(SystemExit) as e:  # Ctrl-C: status 130, no traceback
+        run_script(interrupted)
+    assert e.value.code == 130
 
 
 def test_lr_schedule_closed_form():
@@ -202,6 +212,16 @@ def test_cli_resume_keeps_the_runs_settings(tmp_path, shakespeare_byte, monkeypa
     assert (tmp_path / "b" / "ckpt.pt").read_bytes() == before
 
 
+def test_eval_only_on_a_resumed_run_evaluates_and_saves_nothing(tmp_path, shakespeare_byte):
+    run(["--max_iters=2", "--eval_interval=2"], tmp_path, shakespeare_byte)
+    before = (tmp_path / "ckpt.pt").read_bytes()
+    for max_iters in (2, 4):  # a finished run, and one that could go on: neither trains
+        losses = run([f"--max_iters={max_iters}", "--init_from=resume", "--eval_only=True"], tmp_path, shakespeare_byte)
+        assert losses["val"] > 0
+    assert (tmp_path / "log.txt").read_text().count("step 2:") == 3  # the run's own evaluation, then two more
+    assert (tmp_path / "ckpt.pt").read_bytes() == before
+
+
 def test_help_lists_the_keys(capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["train.py", "--help"])
     train.main()
@@ -233,6 +253,7 @@ def test_missing_data_names_the_command(tmp_path):
 
 @pytest.mark.parametrize("arg, message", [("--dtype=float64", "dtype must be auto, float32"),
                                           ("--batch_size=0", "batch_size must be >= 1"),
+                                          ("--log_interval=0", "log_interval must be >= 1"),
                                           ("--n_layer=0", "n_layer must be a positive integer"),
                                           ("--vocab_size=0", "vocab_size=0 is smaller than the dataset")])
 def test_bad_run_settings_are_refused(tmp_path, shakespeare_byte, arg, message):
@@ -245,10 +266,12 @@ def test_passkey_set_relative_path_and_block_size_check(tmp_path):
     data_dir = tmp_path / "passkey_byte_256"
     build_dataset("byte", 256, n_train=8, n_val=4, seed=0, out_dir=str(data_dir))
     rel = os.path.relpath(data_dir)  # a path relative to the working directory, not under data/
-    run(["--max_iters=1", "--eval_interval=1"], tmp_path / "ok", rel)
+    run(["--max_iters=1", "--eval_interval=1", "--block_size=256"], tmp_path / "ok", rel)
     assert (tmp_path / "ok" / "ckpt.pt").is_file()
     with pytest.raises(ValueError, match="examples of 256 tokens.*passkey_byte_300"):
         run(["--max_iters=1", "--block_size=300"], tmp_path / "long", rel)
+    with pytest.raises(ValueError, match="examples of 256 tokens.*--block_size=256"):  # would never see the key
+        run(["--max_iters=1", "--block_size=64"], tmp_path / "short", rel)
 
 
 def test_resume_keeps_the_checkpoint_model_and_says_so(tmp_path, shakespeare_byte, capsys):
@@ -260,13 +283,23 @@ def test_resume_keeps_the_checkpoint_model_and_says_so(tmp_path, shakespeare_byt
     assert ckpt["config"]["n_layer"] == ckpt["model_args"]["n_layer"] == 2
 
 
-def test_ddp_two_processes_gloo(tmp_path, shakespeare_byte):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py"] + TINY + [
-        f"--out_dir={tmp_path}", f"--dataset={shakespeare_byte}", "--max_iters=3", "--eval_interval=3",
-        "--gradient_accumulation_steps=2"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    log = (tmp_path / "log.txt").read_text()
-    assert "2 process(es)" in log and "step 3:" in log
-    assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["iter_num"] == 3
+def test_ddp_two_processes_gloo_resumes_exactly(tmp_path, shakespeare_byte):
+    """torchrun with 2 processes (gloo): it trains, and a run resumed at iteration 2 equals the uninterrupted one,
+    which needs each process to go on with its own random state (with rank 0's everywhere, both would draw the
+    same batches)."""
+    def torchrun(out_dir, *args):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py"] + \
+            TINY + [f"--out_dir={out_dir}", f"--dataset={shakespeare_byte}", "--eval_interval=2", "--lr_decay_iters=4",
+                    "--gradient_accumulation_steps=2", "--dropout=0.1"] + list(args)
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return torch.load(out_dir / "ckpt.pt", weights_only=True)
+    full = torchrun(tmp_path / "a", "--max_iters=4")
+    log = (tmp_path / "a" / "log.txt").read_text()
+    assert "2 process(es)" in log and "step 4:" in log and full["iter_num"] == 4 and len(full["rng_states"]) == 2
+    torchrun(tmp_path / "b", "--max_iters=2")
+    resumed = torchrun(tmp_path / "b", "--max_iters=4", "--init_from=resume")
+    assert resumed["iter_num"] == 4
+    for name, p in full["model"].items():
+        assert torch.allclose(p, resumed["model"][name], atol=1e-6), name
