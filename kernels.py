@@ -27,6 +27,7 @@ On CPU the kernels run under the Triton interpreter (TRITON_INTERPRET=1 set befo
 this module is imported), with 16×16 tiles so that the tests exercise the tails.
 """
 
+import contextlib
 import math
 import os
 
@@ -470,6 +471,12 @@ def _check_inputs(q, k, v, q_offset, params=()):
                            f"the kernels on CPU, or use attn_impl='torch' (set it before kernels is imported)")
 
 
+def _device_of(q):
+    """Triton launches on the current CUDA device: make it q's (cuda:1 without torch.cuda.set_device).
+    The backward needs no guard: autograd runs it on the device of its tensors."""
+    return torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext()
+
+
 def _row_sums(o, do):
     """rowsum(dO ∘ O) in fp32, (B·H·Tq,): the Δ of the FlashAttention backward."""
     n_rows, D = o.numel() // o.shape[-1], o.shape[-1]
@@ -572,7 +579,8 @@ def bam_attention(q, k, v, log_scale, shape, loc=None, ssmax_scale=None, q_offse
     if INTERPRET and q.dtype == torch.bfloat16:  # the interpreter's tl.dot garbles bf16 (triton 3.9): use fp32
         return bam_attention(q.float(), k.float(), v.float(), log_scale, shape, loc, ssmax_scale, q_offset).bfloat16()
     mu = (torch.exp(loc) - torch.exp(-loc)).detach() if loc is not None else torch.zeros_like(shape).detach()
-    return _BAMAttention.apply(q, k, v, log_scale, shape, mu, ssmax_scale, q_offset)
+    with _device_of(q):
+        return _BAMAttention.apply(q, k, v, log_scale, shape, mu, ssmax_scale, q_offset)
 
 
 def tapa_attention(q, k, v, theta=0.5, alpha=0.1, q_offset=0):
@@ -594,4 +602,5 @@ def tapa_attention(q, k, v, theta=0.5, alpha=0.1, q_offset=0):
         raise ValueError(f"tapa alpha must be >= 0 (|i − j|^alpha is infinite at i = j otherwise), got {alpha}")
     if INTERPRET and q.dtype == torch.bfloat16:  # as in bam_attention
         return tapa_attention(q.float(), k.float(), v.float(), theta, alpha, q_offset).bfloat16()
-    return _TAPAAttention.apply(q, k, v, tapa_split(q.shape[-1], theta), float(alpha), q_offset)
+    with _device_of(q):
+        return _TAPAAttention.apply(q, k, v, tapa_split(q.shape[-1], theta), float(alpha), q_offset)
