@@ -106,12 +106,28 @@ def make_methods(names, H, T, device):
 SASS_OPS = ["HGMMA", "HMMA", "MUFU.EX2", "MUFU.LG2", "MUFU.COS", "MUFU.SIN", "LDL", "STL"]
 
 
+def loop_bodies(sass):
+    """Instructions in each loop body of a SASS listing: from a label to a branch back to it (the trailing
+    one-instruction self-loop after EXIT excluded)."""
+    labels, n, sizes = {}, 0, []
+    for line in sass.splitlines():
+        line = line.strip()
+        if re.fullmatch(r"[\w.$]+:", line):
+            labels[line[:-1]] = n
+        elif line.endswith(";"):
+            n += 1
+            back = re.search(r"BRA (\S+);", line)
+            if back and back.group(1) in labels and n - labels[back.group(1)] > 1:
+                sizes.append(n - labels[back.group(1)])
+    return sizes
+
+
 def sm90_machine_code(D):
     """Compile the bf16 kernels of head dim D for sm_90 (H100/H200) on this machine, no GPU needed, with
     the launch options kernels.py uses, and count instructions in their machine code (SASS).
 
     Returns {kernel name: {"instructions": n (NOP padding included), op: n for op in SASS_OPS,
-    "shared_KiB": x}}: HGMMA are
+    "loops": [instructions of each loop body, in code order], "shared_KiB": x}}: HGMMA are
     Hopper's wgmma tensor-core dots (HMMA the older, slower path), MUFU the special-function unit
     (exp2/log2/cos/sin; 16 results per clock per SM, against 128 FMAs), LDL/STL local-memory loads
     and stores (register spills). Counts are of the whole kernel, loop bodies once.
@@ -141,10 +157,10 @@ def sm90_machine_code(D):
                for n in fn.arg_names}
         aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n][0] == "*"}
         k = triton.compile(ASTSource(fn, sig, consts, aligned), target=GPUTarget("cuda", 90, 32), options=options)
-        sass = k.asm["sass"]  # disassembly: one instruction a line, each ending in ";"
+        sass = k.asm["sass"]  # disassembly: one instruction a line, each ending in ";", and "LBBn:" labels
         opcodes = re.findall(r"\b(?:HGMMA|HMMA|MUFU\.[A-Z0-9]+|LDL|STL)\b", sass)
         stats[fn.__name__] = dict(instructions=sass.count(";"), **{op: opcodes.count(op) for op in SASS_OPS},
-                                  shared_KiB=k.metadata.shared / 1024)
+                                  loops=loop_bodies(sass), shared_KiB=k.metadata.shared / 1024)
     return stats
 
 
@@ -262,13 +278,15 @@ def sass_report(args):
     lines = ["# Machine code of the kernels for sm_90 (compiled on the CPU, not timed)", "",
              f"- triton {triton.__version__}, bf16, launch options of kernels._launch_kwargs",
              f"- command: `{os.path.basename(sys.executable)} {' '.join(sys.argv)}`",
-             "- counts of SASS instructions in the whole kernel (loop bodies once); shared memory in KiB", "",
-             "| kernel | D | instructions | " + " | ".join(SASS_OPS) + " | shared KiB |",
-             "|---|---|---|" + "---|" * len(SASS_OPS) + "---|"]
+             "- counts of SASS instructions in the whole kernel (each loop body once); loop bodies: instructions per "
+             "iteration of each loop (forward: the unmasked key tiles, then the diagonal ones; backward: dk/dv, "
+             "then dq); shared memory in KiB", "",
+             "| kernel | D | instructions | loop bodies | " + " | ".join(SASS_OPS) + " | shared KiB |",
+             "|---|---|---|---|" + "---|" * len(SASS_OPS) + "---|"]
     for D in args.head_dims:
         for name, s in sm90_machine_code(D).items():
-            lines.append(f"| {name} | {D} | {s['instructions']} | " + " | ".join(str(s[op]) for op in SASS_OPS)
-                         + f" | {s['shared_KiB']:.1f} |")
+            lines.append(f"| {name} | {D} | {s['instructions']} | {', '.join(map(str, s['loops']))} | "
+                         + " | ".join(str(s[op]) for op in SASS_OPS) + f" | {s['shared_KiB']:.1f} |")
     print("\n".join(lines))
     if args.out:
         write_report(lines, args.out)

@@ -12,7 +12,9 @@ walks over key tiles of BLOCK_N keys with an online softmax (running max m,
 running sum l, fp32 accumulator), so no T×T tensor ever exists. The positional
 terms (the GGD bias, the TAPA phase weight) are computed per tile from the
 absolute positions i = q_offset + row and j = key. Key tiles that lie wholly
-past the tile's last query (beyond the causal diagonal) are never visited.
+past the tile's last query (beyond the causal diagonal) are never visited; those
+wholly before its first query need no causal mask, and the forward runs them in a
+loop of their own (_causal_key_range; one `if` in a single loop cost more).
 The forward saves the log-sum-exp per row (base 2: the softmax runs on exp2).
 
 The backward recomputes P tile by tile. Program pid of the backward grid does
@@ -194,6 +196,14 @@ def _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC: tl.constexpr):
 
 
 @triton.jit
+def _causal_key_range(first_pos, Tk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """For the query tile at absolute positions first_pos .. first_pos+BLOCK_M−1: (lo, hi), with the key tiles
+    from 0 to lo seen whole by every row (no mask needed) and those from lo to hi crossing the diagonal; keys
+    from hi on are masked for every row. lo is a multiple of BLOCK_N."""
+    return (first_pos + 1) // BLOCK_N * BLOCK_N, tl.minimum(first_pos + BLOCK_M, Tk)
+
+
+@triton.jit
 def _bwd_preprocess(O, DO, DELTA, n_rows, D: tl.constexpr, BLOCK: tl.constexpr):
     """DELTA[r] = rowsum(dO ∘ O)[r] in fp32, for O, dO viewed as (n_rows, D)."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -203,6 +213,20 @@ def _bwd_preprocess(O, DO, DELTA, n_rows, D: tl.constexpr, BLOCK: tl.constexpr):
 
 
 # ----------------------------------------------------------------------------- GGD-BAM kernels
+
+@triton.jit
+def _bam_fwd_step(q, K, V, start_n, pos_i, f2, c, beta, mu, sm_scale, eps, m_i, l_i, acc, Tk, D: tl.constexpr,
+                  BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr, CAUSAL: tl.constexpr):
+    """The forward's work on key tile start_n .. start_n+BLOCK_N−1: logits, causal mask if CAUSAL, softmax step."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k = _load(K, offs_n, Tk, D, 0, D, D)  # (BLOCK_N, D)
+    v = _load(V, offs_n, Tk, D, 0, D, D)
+    z, _, _, _ = _bam_logits(q, k, offs_n[None, :] - pos_i[:, None], f2[:, None], c, beta, mu, sm_scale, eps,
+                             DOT_PREC)  # (BLOCK_M, BLOCK_N)
+    if CAUSAL:
+        z = tl.where(offs_n[None, :] <= pos_i[:, None], z, float("-inf"))  # (also masks j >= Tk)
+    return _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC)
+
 
 @triton.jit
 def _bam_fwd(Q, K, V, O, LSE, PRM, q_offset, Tq, Tk, H, sm_scale, eps, HAS_SSMAX: tl.constexpr,
@@ -221,15 +245,13 @@ def _bam_fwd(Q, K, V, O, LSE, PRM, q_offset, Tq, Tk, H, sm_scale, eps, HAS_SSMAX
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max (log2 units)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(z − m_i)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
-    hi = tl.minimum(q_offset + start_m + BLOCK_M, Tk)  # keys from hi on are masked for every row here
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load(K, offs_n, Tk, D, 0, D, D)  # (BLOCK_N, D)
-        v = _load(V, offs_n, Tk, D, 0, D, D)
-        z, _, _, _ = _bam_logits(q, k, offs_n[None, :] - pos_i[:, None], f2[:, None], c, beta, mu, sm_scale, eps,
-                                 DOT_PREC)  # (BLOCK_M, BLOCK_N)
-        z = tl.where(offs_n[None, :] <= pos_i[:, None], z, float("-inf"))  # causal (also masks j >= Tk)
-        m_i, l_i, acc = _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC)
+    lo, hi = _causal_key_range(q_offset + start_m, Tk, BLOCK_M, BLOCK_N)
+    for start_n in range(0, lo, BLOCK_N):  # key tiles every row of the tile sees: no mask
+        m_i, l_i, acc = _bam_fwd_step(q, K, V, start_n, pos_i, f2, c, beta, mu, sm_scale, eps, m_i, l_i, acc, Tk,
+                                      D, BLOCK_N, DOT_PREC, CAUSAL=False)
+    for start_n in range(lo, hi, BLOCK_N):  # key tiles across the diagonal
+        m_i, l_i, acc = _bam_fwd_step(q, K, V, start_n, pos_i, f2, c, beta, mu, sm_scale, eps, m_i, l_i, acc, Tk,
+                                      D, BLOCK_N, DOT_PREC, CAUSAL=True)
     _store(O, acc / l_i[:, None], offs_m, Tq, D, 0, D, D)
     tl.store(LSE + offs_m, m_i + tl.log2(l_i), mask=offs_m < Tq)
 
@@ -344,6 +366,22 @@ def _bam_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, PRM, DPRM, q_offset, Tq, Tk, H
 # DA columns) and the phase part (dims D_AMP .. D−1, padded to DP); v and dO as one D-wide tile.
 
 @triton.jit
+def _tapa_fwd_step(q_a, q_p, K, V, start_n, pos_i, amp_scale, ph_scale, alpha, w_diag, m_i, l_i, acc, Tk,
+                   D: tl.constexpr, D_AMP: tl.constexpr, DA: tl.constexpr, DP: tl.constexpr, BLOCK_N: tl.constexpr,
+                   DOT_PREC: tl.constexpr, CAUSAL: tl.constexpr):
+    """The forward's work on key tile start_n .. start_n+BLOCK_N−1, as _bam_fwd_step."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k_a, k_p = _load_split(K, offs_n, Tk, D, D_AMP, DA, DP)
+    v = _load(V, offs_n, Tk, D, 0, D, D)
+    amp, _, angle = _tapa_terms(q_a, q_p, k_a, k_p, pos_i[:, None] - offs_n[None, :], amp_scale, ph_scale,
+                                alpha, w_diag, DOT_PREC)  # (BLOCK_M, BLOCK_N)
+    z = amp * _cos(angle) * LOG2E
+    if CAUSAL:
+        z = tl.where(offs_n[None, :] <= pos_i[:, None], z, float("-inf"))
+    return _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC)
+
+
+@triton.jit
 def _tapa_fwd(Q, K, V, O, LSE, q_offset, Tq, Tk, amp_scale, ph_scale, alpha, w_diag, D: tl.constexpr,
               D_AMP: tl.constexpr, DA: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr):
@@ -357,15 +395,13 @@ def _tapa_fwd(Q, K, V, O, LSE, q_offset, Tq, Tk, amp_scale, ph_scale, alpha, w_d
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
-    hi = tl.minimum(q_offset + start_m + BLOCK_M, Tk)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k_a, k_p = _load_split(K, offs_n, Tk, D, D_AMP, DA, DP)
-        v = _load(V, offs_n, Tk, D, 0, D, D)
-        amp, _, angle = _tapa_terms(q_a, q_p, k_a, k_p, pos_i[:, None] - offs_n[None, :], amp_scale, ph_scale,
-                                    alpha, w_diag, DOT_PREC)  # (BLOCK_M, BLOCK_N)
-        z = tl.where(offs_n[None, :] <= pos_i[:, None], amp * _cos(angle) * LOG2E, float("-inf"))
-        m_i, l_i, acc = _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC)
+    lo, hi = _causal_key_range(q_offset + start_m, Tk, BLOCK_M, BLOCK_N)
+    for start_n in range(0, lo, BLOCK_N):  # key tiles every row of the tile sees: no mask
+        m_i, l_i, acc = _tapa_fwd_step(q_a, q_p, K, V, start_n, pos_i, amp_scale, ph_scale, alpha, w_diag, m_i, l_i,
+                                       acc, Tk, D, D_AMP, DA, DP, BLOCK_N, DOT_PREC, CAUSAL=False)
+    for start_n in range(lo, hi, BLOCK_N):  # key tiles across the diagonal
+        m_i, l_i, acc = _tapa_fwd_step(q_a, q_p, K, V, start_n, pos_i, amp_scale, ph_scale, alpha, w_diag, m_i, l_i,
+                                       acc, Tk, D, D_AMP, DA, DP, BLOCK_N, DOT_PREC, CAUSAL=True)
     _store(O, acc / l_i[:, None], offs_m, Tq, D, 0, D, D)
     tl.store(LSE + offs_m, m_i + tl.log2(l_i), mask=offs_m < Tq)
 

@@ -388,6 +388,17 @@ def test_kernels_compile_for_sm90():
         assert all(s[op] > 0 for op in needed), (name, s)
         assert s["HMMA"] == s["LDL"] == s["STL"] == 0, (name, s)
         assert 0 < s["shared_KiB"] <= 227, (name, s)
+        if name.endswith("_fwd"):  # the key tiles below the diagonal run a loop without the causal mask: shorter
+            assert len(s["loops"]) == 2 and s["loops"][0] < s["loops"][1], (name, s["loops"])
+
+
+def test_sass_loop_bodies():
+    """bench.loop_bodies on a hand-written listing: a 3-instruction loop, a 2-instruction one, and the
+    self-loop after EXIT that is not counted."""
+    import bench
+    sass = "\n".join(["MOV R1, R2;", "LBB0:", "IADD R1, R1, 1;", "ISETP.LT P0, R1, 8;", "@P0 BRA LBB0;",
+                      "LBB1:", "FADD R2, R2, 1;", "@P1 BRA LBB1;", "EXIT;", "LBB2:", "BRA LBB2;"])
+    assert bench.loop_bodies(sass) == [3, 2]
 
 
 # ---------------------------------------------------------------- wired into the model
