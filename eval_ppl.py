@@ -142,7 +142,7 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="autocast dtype on cuda (cpu runs float32)")
-    p.add_argument("--out", help="results JSON (default <ckpt dir>/ppl.json for one checkpoint, else ppl.json)")
+    p.add_argument("--out", help="results JSON (default <ckpt dir>/ppl.json for one checkpoint, else out-ppl/ppl.json)")
     args = p.parse_args(argv)
     paths = args.ckpt + [os.path.join(d, "ckpt.pt") for d in args.out_dirs]
     if not paths:
@@ -179,7 +179,7 @@ def main(argv=None):
             rows.append(row)
     print("\nperplexity" + (f", stride {args.stride}" if args.stride else ", full windows"))
     print(format_table(rows))
-    out = args.out or (os.path.join(os.path.dirname(paths[0]), "ppl.json") if len(paths) == 1 else "ppl.json")
+    out = args.out or os.path.join(os.path.dirname(paths[0]) if len(paths) == 1 else "out-ppl", "ppl.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         json.dump(rows, f, indent=1)

@@ -222,6 +222,15 @@ def test_eval_only_on_a_resumed_run_evaluates_and_saves_nothing(tmp_path, shakes
     assert (tmp_path / "ckpt.pt").read_bytes() == before
 
 
+def test_a_new_run_keeps_the_earlier_checkpoint(tmp_path, shakespeare_byte, capsys):
+    """init_from=scratch into an out_dir that holds a run: that run's checkpoint is kept as ckpt.pt.prev."""
+    run(["--max_iters=2", "--eval_interval=2"], tmp_path, shakespeare_byte)
+    first = (tmp_path / "ckpt.pt").read_bytes()
+    run(["--max_iters=2", "--eval_interval=2", "--seed=2"], tmp_path, shakespeare_byte)
+    assert (tmp_path / "ckpt.pt.prev").read_bytes() == first and (tmp_path / "ckpt.pt").read_bytes() != first
+    assert "ckpt.pt.prev" in capsys.readouterr().out
+
+
 def test_help_lists_the_keys(capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["train.py", "--help"])
     train.main()
