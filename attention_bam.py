@@ -175,9 +175,9 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None,
             qc = qc * f
             if bias_fn is not None and bias_in_ssmax:
                 mask = f * mask
-        # in q's dtype, without −inf: in fp16 a large negative bias (a GGD shape < 0) would overflow, and query 0
-        # (one key) would get NaN. A fresh tensor here, so the in-place causal fill is safe for autograd.
-        mask = mask.clamp(min=torch.finfo(q.dtype).min).to(q.dtype)
+        mask = mask.to(q.dtype)  # a fresh tensor here, so the in-place causal fill is safe for autograd
+        if q.dtype == torch.float16:  # a large negative bias (a GGD shape < 0) overflows fp16 to −inf, and query 0
+            mask.clamp_(min=torch.finfo(torch.float16).min)  # (one key) would get NaN; fp32/bf16: BIAS_FLOOR
         mask[..., t0:].masked_fill_(future, float("-inf"))
         out[:, :, c0:c1] = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask[None], dropout_p=dropout_p)
     return out

@@ -493,8 +493,7 @@ def _check_inputs(q, k, v, q_offset, params=()):
                          f"got {q.dtype}, {k.dtype}, {v.dtype}")
     if not isinstance(q_offset, int) or q_offset < 0 or k.shape[2] < q_offset + Tq:
         raise ValueError(f"need a Python int q_offset >= 0 with Tk >= q_offset + Tq; got q_offset={q_offset!r} "
-                         f"({type(q_offset).__name__}), "
-                         f"Tq={Tq}, Tk={k.shape[2]}")
+                         f"({type(q_offset).__name__}), Tq={Tq}, Tk={k.shape[2]}")
     for name, p in params:
         if p.shape != (H,):
             raise ValueError(f"{name} must have shape (H,) = ({H},), got {tuple(p.shape)}")

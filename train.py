@@ -148,18 +148,6 @@ def save_checkpoint(path, ckpt):
     os.replace(tmp, path)
 
 
-def get_rng_state(device_type):
-    """(cpu, cuda) random state of this process (cuda: None on CPU)."""
-    return torch.get_rng_state(), torch.cuda.get_rng_state() if device_type == "cuda" else None
-
-
-def set_rng_state(state, device_type):
-    """Restore a state of get_rng_state."""
-    torch.set_rng_state(state[0])
-    if device_type == "cuda" and state[1] is not None:
-        torch.cuda.set_rng_state(state[1])
-
-
 def plot_history(history, path):
     """Train/val loss against iteration (history: list of [iter, train, val]) to a PNG."""
     import matplotlib
@@ -295,7 +283,10 @@ def train(cfg):
         # every process goes on with its own random state (batches, dropout), saved by rank
         rng_states = ckpt.get("rng_states") or [(ckpt["rng_cpu"], ckpt.get("rng_cuda"))]
         if len(rng_states) == world:
-            set_rng_state(rng_states[rank], device_type)
+            rng_cpu, rng_cuda = rng_states[rank]
+            torch.set_rng_state(rng_cpu)
+            if device_type == "cuda" and rng_cuda is not None:
+                torch.cuda.set_rng_state(rng_cuda)
         else:
             torch.manual_seed(cfg["seed"] + rank + world * iter_num)
             if master:
@@ -357,10 +348,11 @@ def train(cfg):
 
     def all_rng_states():
         """(cpu, cuda) random state of every process, in rank order (a collective under DDP)."""
-        states = [get_rng_state(device_type)]
-        if ddp:
-            states = [None] * world
-            torch.distributed.all_gather_object(states, get_rng_state(device_type))
+        own = (torch.get_rng_state(), torch.cuda.get_rng_state() if device_type == "cuda" else None)
+        if not ddp:
+            return [own]
+        states = [None] * world
+        torch.distributed.all_gather_object(states, own)
         return states
 
     start_iter, losses = iter_num, None
