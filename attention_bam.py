@@ -67,6 +67,25 @@ def alibi_bias(q_pos, k_pos, slopes):
     return -slopes[:, None, None] * delta.abs()[None]
 
 
+def per_head_shape_init(shape_init, n_head):
+    """β of every head at init (SPEC §1, the authors' options), as a float32 tensor (n_head,).
+
+    shape_init: a number (every head), "linear" = linspace(0, 1, n_head) (head 0 flat, the
+    last head Laplace = ALiBi), or a list/tuple of n_head numbers. Raises ValueError otherwise.
+    """
+    if shape_init == "linear":
+        return torch.linspace(0.0, 1.0, n_head)
+    values = list(shape_init) if isinstance(shape_init, (list, tuple)) else [shape_init] * n_head
+    try:
+        beta = torch.tensor([float(x) for x in values], dtype=torch.float32)
+    except (TypeError, ValueError):
+        beta = None
+    if beta is None or len(beta) != n_head or not torch.isfinite(beta).all():
+        raise ValueError(f"bam_shape_init must be a number, 'linear' or {n_head} numbers (one per head), "
+                         f"got {shape_init!r}")
+    return beta
+
+
 class GGDPrior(nn.Module):
     """Learnable GGD-BAM prior of one layer (or of all layers when shared), SPEC §1.
 
@@ -74,7 +93,10 @@ class GGDPrior(nn.Module):
     shape (H,) = β. loc (H,) = θ_loc is a frozen buffer at 0, so the module adds
     exactly 2·H parameters. scale_init "alibi" sets c = exp(log_scale) to the ALiBi
     slopes, so that with shape_init = 1 BAM equals ALiBi at initialisation; a
-    number sets every head's c to it. Raises ValueError for a non-positive scale.
+    number sets every head's c to it. shape_init: see per_head_shape_init.
+    Each parameter carries `optim_group` ("bam_scale", "bam_shape"): train.py gives
+    those groups no weight decay and their own learning-rate multiplier.
+    Raises ValueError for a non-positive scale or a malformed shape_init.
     """
 
     def __init__(self, n_head, shape_init=1.0, scale_init="alibi"):
@@ -89,12 +111,23 @@ class GGDPrior(nn.Module):
             if not (scale > 0).all():
                 raise ValueError(f"bam_scale_init must be 'alibi' or a number > 0, got {scale_init!r}")
         self.log_scale = nn.Parameter(torch.log(scale))
-        self.shape = nn.Parameter(torch.full((n_head,), float(shape_init)))
+        self.shape = nn.Parameter(per_head_shape_init(shape_init, n_head))
+        self.log_scale.optim_group, self.shape.optim_group = "bam_scale", "bam_shape"
         self.register_buffer("loc", torch.zeros(n_head))
 
     def forward(self, q_pos, k_pos):
         """Bias of shape (H, Tq, Tk) for absolute positions q_pos (Tq,), k_pos (Tk,)."""
         return ggd_bias(q_pos, k_pos, self.log_scale, self.shape, self.loc)
+
+
+def ssmax_factor(scale, q_pos, dtype=None):
+    """The SSMax factor f_i = s_h·log(n_i), n_i = i + 1 keys seen by the query at absolute position i (SPEC §2).
+
+    scale: (H,) s_h; q_pos: (Tq,) positions. Returns (H, Tq, 1) in `dtype` (default scale's). The one
+    definition every torch path uses (kernels.py computes the same in its kernels; tests compare them).
+    """
+    dtype = dtype or scale.dtype
+    return scale.to(dtype)[:, None, None] * torch.log(q_pos.to(dtype) + 1)[None, :, None]
 
 
 class SSMax(nn.Module):
@@ -109,10 +142,11 @@ class SSMax(nn.Module):
     def __init__(self, n_head, init=1.0):
         super().__init__()
         self.scale = nn.Parameter(torch.full((n_head,), float(init)))
+        self.scale.optim_group = "ssmax"  # no weight decay, own learning-rate multiplier (train.py)
 
     def forward(self, q_pos):
         """Factor s_h·log(q_pos + 1) of shape (H, Tq, 1) for positions q_pos (Tq,)."""
-        return self.scale[:, None, None] * torch.log(q_pos.to(self.scale.dtype) + 1)[None, :, None]
+        return ssmax_factor(self.scale, q_pos)
 
 
 def distance_bias(bias_fn, q_offset, tq, tk, device):
@@ -158,7 +192,7 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None,
         # SSMax factor f_i = s_h·log(i + 1), and the causal mask: only the last tq keys can lie in a query's future
         f = None
         if ssmax_scale is not None:
-            f = ssmax_scale.to(q.dtype)[:, None, None] * torch.log(q_pos.to(q.dtype) + 1)[None, :, None]  # (H, tq, 1)
+            f = ssmax_factor(ssmax_scale, q_pos, q.dtype)  # (H, tq, 1)
         future = torch.ones(tq, tq, dtype=torch.bool, device=q.device).triu(1)  # (tq, tq)
         if score_fn is not None:  # explicit scores (TAPA), softmax in fp32
             z = score_fn(qc, kc, q_pos, torch.arange(tk, device=q.device)).float()  # (B, H, tq, tk)

@@ -15,6 +15,9 @@ import traceback
 
 # the type a value must have for the keys whose default is None (unset)
 NONE_DEFAULT_TYPES = {"wandb_run_name": str, "vocab_size": int, "lr_decay_iters": int, "min_lr": float}
+# keys that take a number, a word or a list (e.g. --bam_shape_init=linear, =0.5 or =[0,0.5,1,1]);
+# model.GPTConfig checks their values
+MIXED_KEYS = ("bam_scale_init", "bam_shape_init")
 
 
 def parse_value(key, text, default):
@@ -34,11 +37,13 @@ def parse_value(key, text, default):
         if text.lower() in ("false", "0"):
             return False
         raise ValueError(f"--{key} expects True or False, got {text!r}")
-    if isinstance(default, str):
+    if isinstance(default, str) and key not in MIXED_KEYS:
         return text
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
+        if key in MIXED_KEYS:
+            return text
         raise ValueError(f"--{key} expects {type(default).__name__}, got {text!r}") from None
     return check_type(key, value, default)
 
@@ -53,7 +58,9 @@ def check_type(key, value, default):
         default = NONE_DEFAULT_TYPES[key]()
     if isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    if type(value) is not type(default) and not (isinstance(default, str) and key == "bam_scale_init"):
+    if key in MIXED_KEYS:
+        return value
+    if type(value) is not type(default):
         raise ValueError(f"{key} expects {type(default).__name__}, got {value!r} ({type(value).__name__})")
     return value
 

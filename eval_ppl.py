@@ -168,7 +168,7 @@ def main(argv=None):
             stride = min(args.stride or L, L)  # a stride >= L is plain full windows
             row = dict(ckpt=path, label=label, pos=cfg.pos, ssmax=cfg.ssmax, block_size=cfg.block_size,
                        data_dir=data_dir, length=L, stride=stride, loss=None, ppl=None, n_scored=0)
-            if cfg.pos == "learned" and L > cfg.block_size:
+            if L > model.max_length:
                 row["note"] = "n/a: learned positions stop at block_size"
             else:
                 row["loss"], row["ppl"], row["n_scored"] = evaluate_ppl(

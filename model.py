@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention_bam import GGDPrior, SSMax, alibi_slopes, alibi_bias, reference_attention
+from attention_bam import GGDPrior, SSMax, alibi_slopes, alibi_bias, per_head_shape_init, reference_attention
 from attention_tapa import TAPA_PHASES, tapa_attention_ref, tapa_split
 
 POS_VARIANTS = ("nope", "sinusoidal", "learned", "rope", "alibi", "bam", "tapa")
@@ -44,7 +44,7 @@ class GPTConfig:
     ssmax: bool = False         # scalable softmax (SPEC §2), with any pos
     ssmax_init: float = 1.0     # s_h at init: 1.0 in the BAM code, ~1/mean(ln n) in others (SPEC §2)
     rope_base: float = 10000.0
-    bam_shape_init: float = 1.0         # β at init (1 = Laplace = ALiBi)
+    bam_shape_init: object = 1.0        # β at init: a number (1 = ALiBi), "linear", one per head, or one list per layer
     bam_scale_init: object = "alibi"    # c at init: "alibi" slopes or a number > 0
     bam_global_prior: bool = False      # one prior shared by all layers (authors' code)
     tapa_theta: float = 0.5     # fraction of each head's dims used for amplitude
@@ -65,6 +65,13 @@ class GPTConfig:
             raise ValueError(f"unknown tapa_phase {self.tapa_phase!r}; valid: {', '.join(TAPA_PHASES)}")
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        if self.pos == "bam":
+            per_layer = is_per_layer(self.bam_shape_init)
+            if per_layer and (len(self.bam_shape_init) != self.n_layer or self.bam_global_prior):
+                raise ValueError(f"bam_shape_init as one list per layer needs n_layer={self.n_layer} lists and "
+                                 f"bam_global_prior=False, got {self.bam_shape_init!r}")
+            for layer in range(self.n_layer if per_layer else 1):  # each raises ValueError if malformed
+                per_head_shape_init(layer_shape_init(self.bam_shape_init, layer), self.n_head)
         if self.pos == "rope" and (self.n_embd // self.n_head) % 2 != 0:
             raise ValueError("rope needs an even head dim n_embd // n_head")
         if self.pos == "tapa":
@@ -72,6 +79,16 @@ class GPTConfig:
             if not self.tapa_alpha >= 0:
                 raise ValueError(f"tapa_alpha must be >= 0 (|i − j|^alpha is infinite at i = j otherwise), "
                                  f"got {self.tapa_alpha}")
+
+
+def is_per_layer(shape_init):
+    """True if bam_shape_init is a list of per-layer lists, e.g. [[1, 1, 1, 1], [1, 1, 1, 0]]."""
+    return isinstance(shape_init, (list, tuple)) and len(shape_init) > 0 and isinstance(shape_init[0], (list, tuple))
+
+
+def layer_shape_init(shape_init, layer):
+    """The bam_shape_init of one layer: row `layer` of a per-layer list; any other value serves every layer."""
+    return shape_init[layer] if is_per_layer(shape_init) else shape_init
 
 
 # The sinusoid is added at the token embeddings' scale. sin/cos have rms 1/√2: added as they are to embeddings
@@ -220,13 +237,15 @@ class GPT(nn.Module):
         self.config = config
         if config.attn_impl == "triton" and config.pos not in ("bam", "tapa"):
             raise ValueError(f"attn_impl='triton' has kernels for pos='bam' and 'tapa' only, not {config.pos!r}")
-        prior = None
-        if config.pos == "bam" and config.bam_global_prior:
-            prior = GGDPrior(config.n_head, config.bam_shape_init, config.bam_scale_init)
+        priors = [None] * config.n_layer  # BAM: one prior per layer, or one shared by all (bam_global_prior)
+        if config.pos == "bam":
+            priors = [GGDPrior(config.n_head, layer_shape_init(config.bam_shape_init, layer), config.bam_scale_init)
+                      for layer in range(1 if config.bam_global_prior else config.n_layer)]
+            priors = priors * config.n_layer if config.bam_global_prior else priors
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([Block(config, prior) for _ in range(config.n_layer)]),
+            h=nn.ModuleList([Block(config, prior) for prior in priors]),
             ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
         ))
         if config.pos == "learned":
@@ -245,6 +264,12 @@ class GPT(nn.Module):
                 torch.nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def max_length(self):
+        """The longest sequence (in tokens, cache included) this model can run: block_size for
+        pos='learned' (it has embeddings for those positions only), unbounded (math.inf) otherwise."""
+        return self.config.block_size if self.config.pos == "learned" else math.inf
 
     def get_num_params(self, non_embedding=True):
         """Number of parameters (each shared tensor once); minus wpe if non_embedding."""
@@ -269,7 +294,7 @@ class GPT(nn.Module):
         """
         B, T = idx.size()
         t0 = 0 if cache is None or cache[0] is None else cache[0][0].shape[2]
-        if self.config.pos == "learned" and t0 + T > self.config.block_size:
+        if t0 + T > self.max_length:
             raise ValueError(f"pos='learned' has embeddings for block_size={self.config.block_size} positions, "
                              f"asked for {t0 + T}; use a variant that extrapolates or a shorter input")
         pos = torch.arange(t0, t0 + T, device=idx.device)  # (T,)
@@ -292,17 +317,46 @@ class GPT(nn.Module):
             x = x[:, -keep_last:]
         return self.lm_head(x), None
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW: weight decay on matrices only; biases, norms, the BAM prior and SSMax scales get none (SPEC §1, §2)."""
-        decay, no_decay = [], []
-        for name, p in self.named_parameters():
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, lr_mults=None):
+        """AdamW with weight decay on matrices only (SPEC §1, §2).
+
+        Parameters marked with an `optim_group` attribute (the BAM prior's "bam_shape" and
+        "bam_scale", SSMax's "ssmax") get a group of their own with no weight decay and a
+        learning rate of lr_mults[group] (default 1) times the base rate; every group holds
+        its multiplier as "lr_mult" (train.py sets lr = base · lr_mult at each step).
+        Biases and norms get no decay either. Raises ValueError for a negative multiplier.
+        """
+        lr_mults = lr_mults or {}
+        if any(m < 0 for m in lr_mults.values()):
+            raise ValueError(f"learning-rate multipliers must be >= 0, got {lr_mults}")
+        decay, no_decay, marked = [], [], {}
+        for p in self.parameters():
             if not p.requires_grad:
                 continue
-            is_prior_or_ssmax = ".prior." in name or ".ssmax." in name
-            (decay if p.dim() >= 2 and not is_prior_or_ssmax else no_decay).append(p)
-        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            group = getattr(p, "optim_group", None)
+            if group is not None:
+                marked.setdefault(group, []).append(p)
+            else:
+                (decay if p.dim() >= 2 else no_decay).append(p)
+        groups = [{"params": decay, "weight_decay": weight_decay, "lr_mult": 1.0, "name": "decay"},
+                  {"params": no_decay, "weight_decay": 0.0, "lr_mult": 1.0, "name": "no_decay"}]
+        groups += [{"params": ps, "weight_decay": 0.0, "lr_mult": float(lr_mults.get(g, 1.0)), "name": g}
+                   for g, ps in sorted(marked.items())]
         fused = device_type == "cuda"
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
+        return torch.optim.AdamW([g for g in groups if g["params"]], lr=learning_rate, betas=betas, fused=fused)
+
+    def prior_state(self):
+        """Per-layer positional parameters, for logs and plots: a dict of lists (n_layer × n_head),
+        "shape" = β and "scale" = c of the BAM prior (pos='bam'), "ssmax" = s (ssmax=True); {} if none."""
+        out = {}
+        for block in self.transformer.h:
+            attn = block.attn
+            if self.config.pos == "bam":
+                out.setdefault("shape", []).append(attn.prior.shape.tolist())
+                out.setdefault("scale", []).append(attn.prior.log_scale.exp().tolist())
+            if attn.ssmax is not None:
+                out.setdefault("ssmax", []).append(attn.ssmax.scale.tolist())
+        return out
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, prefill_chunk=1024, vocab_size=None):
@@ -313,7 +367,7 @@ class GPT(nn.Module):
         temperature > 0; top_k keeps the k most likely tokens; vocab_size: sample only ids
         below it (the tokenizer's size: GPT-2's 50257 is padded to 50304 in the model).
         """
-        if self.config.pos == "learned" and idx.size(1) + max_new_tokens > self.config.block_size:
+        if idx.size(1) + max_new_tokens > self.max_length:
             raise ValueError(f"pos='learned' cannot generate past block_size={self.config.block_size} "
                              f"({idx.size(1)} prompt + {max_new_tokens} new tokens)")
         cache = self.new_cache()

@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from configurator import positive_int, run_script
-from data.passkey import passkey_depths, passkey_min_length, passkey_prompt, random_key
+from data.passkey import KEY_SENTENCE, passkey_depths, passkey_min_length, passkey_prompt, random_key
 from data.tokenizer import get_tokenizer
 from model import load_checkpoint
 
@@ -154,7 +154,7 @@ def run_passkey(model, tokenizer, lengths, depths=5, samples=2, seed=0, mode="te
             batch = jobs[b0:b0 + batch_size]
             scored = [(None, None)] * len(batch)  # n/a: pos='learned' past block_size
             longest = max(len(j[3]) + len(j[4]) for j in batch) - 1  # tokens fed: prompt + answer[:-1]
-            if not (model.config.pos == "learned" and longest > model.config.block_size):
+            if longest <= model.max_length:
                 with ctx or nullcontext():
                     if mode == "teacher_forced":
                         scored = score_teacher_forced(model, [j[3] for j in batch], [j[4] for j in batch], chunk, device)
@@ -169,6 +169,90 @@ def run_passkey(model, tokenizer, lengths, depths=5, samples=2, seed=0, mode="te
             bar.update(L * len(batch))
     bar.close()
     return results
+
+
+def key_positions(tokenizer, prompt, key):
+    """Positions in `prompt` (token ids) of the tokens that spell the key inside the key sentence (SPEC §5):
+    the tokens of " The pass key is K. Remember it. K is the pass key." whose text holds a digit.
+    Raises ValueError if the key sentence is not in the prompt."""
+    sent = tokenizer.encode(" " + KEY_SENTENCE.format(K=key))
+    starts = [i for i in range(len(prompt) - len(sent) + 1) if prompt[i:i + len(sent)] == sent]
+    if not starts:
+        raise ValueError(f"the key sentence of key {key} is not in the prompt")
+    return [starts[0] + j for j, t in enumerate(sent) if any(ch.isdigit() for ch in tokenizer.decode([t]))]
+
+
+@torch.no_grad()
+def key_attention(model, tokenizer, length, depth, key, chunk=1024, device="cpu"):
+    """The diagnostic of a retrieval failure: how much attention each head puts on the key, for one prompt.
+
+    Builds the passkey prompt of `length` tokens with `key` at `depth`, runs prompt + answer[:-1]
+    (teacher-forced), and measures, at every position that predicts an answer token, the attention
+    probability mass on the key's tokens (key_positions). The mass is read off the model's own
+    attention path (any pos, SSMax, chunked prefill): attention applied to a value that is 1 on the
+    key's positions and 0 elsewhere returns exactly that mass.
+    Returns (mass, correct): mass (n_layer, n_head) averaged over the answer positions, correct as
+    in score_teacher_forced.
+    """
+    model.eval()
+    prompt, answer = passkey_prompt(tokenizer, length, depth, key)
+    on_key = torch.zeros(len(prompt) + len(answer) - 1, device=device)  # (T,): 1 on the key's tokens
+    on_key[key_positions(tokenizer, prompt, key)] = 1.0
+    ids = torch.tensor([prompt + answer[:-1]], device=device)  # (1, T)
+    start = len(prompt) - 1  # the first position that predicts an answer token
+    cache = model.new_cache()
+    if start:
+        prefill(model, ids[:, :start], cache, chunk)
+    mass = torch.zeros(model.config.n_layer, model.config.n_head)
+    for layer, block in enumerate(model.transformer.h):
+        def attend_and_measure(q, k, v, t0, layer=layer, attend=block.attn.attend):
+            indicator = on_key[:k.shape[2]].expand(*v.shape[:2], -1)[..., None].expand_as(v).contiguous()  # (B, nh, Tk, hs)
+            mass[layer] = attend(q, k, indicator, t0)[0, :, :, 0].mean(-1).float().cpu()  # (nh,)
+            return attend(q, k, v, t0)
+        block.attn.attend = attend_and_measure  # an instance attribute: shadows the method for this pass
+    try:
+        logits, _ = model(ids[:, start:], cache=cache, keep_last=None)  # (1, len(answer), V)
+    finally:
+        for block in model.transformer.h:
+            del block.attn.attend
+    return mass, logits[0].argmax(-1).tolist() == list(answer)
+
+
+def attention_report(model, tokenizer, lengths, depths, seed=0, chunk=1024, device="cpu", path=None, block_size=None):
+    """key_attention for one prompt per (length, depth): a text table (rows layer.head) and, with path, a PNG.
+
+    Returns the table as a string."""
+    import numpy as np
+    cols, grid = [], []
+    for L in lengths:
+        for d in depths:
+            key = random_key(random.Random(f"{seed}:{L}:attention"))
+            mass, ok = key_attention(model, tokenizer, L, d, key, chunk, device)
+            cols.append(f"{L / block_size:g}x d={d:.2f} {'ok' if ok else 'miss'}" if block_size else f"{L} d={d:.2f}")
+            grid.append(mass.flatten().numpy())
+    grid = np.stack(grid, axis=1)  # (n_layer·n_head, columns)
+    n_head = model.config.n_head
+    rows = [f"{i // n_head}.{i % n_head}" for i in range(grid.shape[0])]
+    lines = ["attention mass on the key's tokens (mean over the answer positions), per layer.head",
+             "head   " + " | ".join(f"{c:>16}" for c in cols)]
+    lines += [f"{r:<6} " + " | ".join(f"{x:>16.3f}" for x in grid[i]) for i, r in enumerate(rows)]
+    if path:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(2 + 1.1 * len(cols), 1 + 0.35 * len(rows)))
+        im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+        for (r, c), x in np.ndenumerate(grid):
+            ax.text(c, r, f"{x:.2f}", ha="center", va="center", fontsize=7, color="w" if x < 0.5 else "k")
+        ax.set_xticks(range(len(cols)), [c.replace(" ", "\n", 1) for c in cols], fontsize=7)
+        ax.set_yticks(range(len(rows)), rows)
+        ax.set_ylabel("layer.head")
+        ax.set_title("attention mass on the key", fontsize=10)
+        fig.colorbar(im, ax=ax)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return "\n".join(lines)
 
 
 def accuracy_table(results):
@@ -258,6 +342,9 @@ def main(argv=None):
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="autocast dtype on cuda (cpu runs float32)")
     p.add_argument("--out", help="results JSON (default <ckpt dir>/passkey.json); CSV and PNG beside it")
+    p.add_argument("--attention", action="store_true",
+                   help="diagnostic instead of accuracy: attention mass of every head on the key, one prompt per "
+                        "length and depth (table, and <ckpt dir>/key_attention.png)")
     args = p.parse_args(argv)
 
     ckpt_path = args.ckpt or os.path.join(args.out_dir, "ckpt.pt")
@@ -267,6 +354,16 @@ def main(argv=None):
     use_amp = "cuda" in args.device and args.dtype != "float32"
     ctx = torch.autocast("cuda", dtype=getattr(torch, args.dtype)) if use_amp else None
     t0 = time.time()
+    if args.attention:
+        png = os.path.join(os.path.dirname(ckpt_path), "key_attention.png")
+        try:
+            depths = passkey_depths(args.depths)
+            print(attention_report(model, tokenizer, parse_lengths(args.lengths, block_size), depths, args.seed,
+                                   args.chunk, args.device, png, block_size))
+        except ValueError as e:
+            p.error(str(e))
+        print(f"wrote {png} ({time.time() - t0:.1f} s)")
+        return
     try:
         lengths = parse_lengths(args.lengths, block_size)
         results = run_passkey(model, tokenizer, lengths, args.depths, args.samples, args.seed, args.mode,

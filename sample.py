@@ -59,7 +59,7 @@ def main(argv=None):
     ids = tok.encode(read_start(args.start)) or [tok.eot]  # an empty prompt starts from end-of-text
     x = torch.tensor(ids, dtype=torch.long, device=args.device)[None]  # (1, T)
     cfg = model.config
-    if cfg.pos == "learned" and x.size(1) + args.max_new_tokens > cfg.block_size:
+    if x.size(1) + args.max_new_tokens > model.max_length:
         sys.exit(f"sample.py: pos='learned' cannot generate past block_size={cfg.block_size} "
                  f"({x.size(1)} prompt + {args.max_new_tokens} new tokens); lower --max_new_tokens "
                  f"or use a variant that extrapolates")

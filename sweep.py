@@ -2,21 +2,24 @@
 The papers' comparison at CPU scale (SPEC §7): every positional variant trained
 the same way, then passkey retrieval and perplexity against context length.
 
-    python sweep.py              # the full sweep on 2 CPU cores, writes docs/results.md and docs/*.png
-    python sweep.py --quick      # a reduced version (minutes), for the tests; writes to --out_dir only
+    python sweep.py                       # the full sweep on 2 CPU cores, writes docs/results.md and docs/*.png
+    python sweep.py --only=bam+ssmax,alibi  # some variants; the tables keep the others' earlier results
+    python sweep.py --quick               # a reduced version (minutes), for the tests; writes to --out_dir only
 
-For each variant: (1) train a small model (config/cpu_demo.py with FULL's
-overrides below: the demo as it was when docs/results.md was made) on the
-synthetic passkey set and run passkey.py's evaluation at 1x..64x its block_size;
-(2) train the same-sized model on tiny Shakespeare (byte tokenizer) and measure
-perplexity on the held-out 10% at 1x..16x. Same seed, data, steps and size for
-every variant. Finished trainings are reused when the sweep is run again.
+For each variant: (1) train the CPU demo (config/cpu_demo.py, as `python train.py`
+runs it) on the synthetic passkey set and run passkey.py's evaluation at 1x..64x its
+block_size, 20 prompts per length at evenly spaced depths; (2) train the same-sized
+model on tiny Shakespeare (byte tokenizer) and measure perplexity on the held-out 10%
+at 1x..16x. Same seed, data, steps and size for every variant; TAPA at a 5x lower
+learning rate, the ratio to RoPE its paper used. Finished trainings are reused when
+the sweep is run again, and results.md keeps its hand-written part (from "## Reading" on).
 """
 
 import argparse
 import json
 import math
 import os
+import shutil
 import time
 
 import numpy as np
@@ -27,19 +30,18 @@ import train
 from data.shakespeare import load_text, prepare
 from eval_ppl import evaluate_ppl
 from model import load_checkpoint
-from passkey import run_passkey
+from passkey import format_table, run_passkey, write_results
 
-VARIANTS = [("nope", False), ("sinusoidal", False), ("learned", False), ("rope", False), ("alibi", False),
-            ("bam", False), ("bam", True), ("tapa", False), ("rope", True)]
+VARIANTS = [("nope", False), ("nope", True), ("sinusoidal", False), ("learned", False), ("rope", False),
+            ("rope", True), ("alibi", False), ("alibi", True), ("bam", False), ("bam", True), ("tapa", False)]
+# per-variant settings: TAPA trains at 1/5 of the learning rate (the TAPA paper's ratio to its RoPE baseline)
+LR_FACTOR = {"tapa": 0.2}
 ROOT = os.path.dirname(os.path.abspath(__file__))
 SHAKESPEARE_LOCAL = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
 
-FULL = dict(passkey_iters=250, passkey_lengths=[1, 2, 4, 8, 16, 32, 64], depths=3, samples=1,
-            shakespeare_iters=200, ppl_lengths=[1, 2, 4, 8, 16], ppl_tokens=16384,
-            # the data, model and optimizer docs/results.md was made with (the CPU demo of that time)
-            model=["--dataset=passkey_byte_512", "--block_size=512", "--n_layer=4", "--n_embd=128",
-                   "--learning_rate=3e-3", "--ssmax_init=1.0", "--weight_decay=0.1", "--beta2=0.99",
-                   "--eval_interval=250"])
+FULL = dict(passkey_iters=None, passkey_lengths=[1, 2, 4, 8, 16, 32, 64], depths=5, samples=4,
+            shakespeare_iters=300, ppl_lengths=[1, 2, 4, 8, 16], ppl_tokens=16384,
+            model=[])  # the CPU demo as it is (passkey_iters None: its max_iters)
 QUICK = dict(passkey_iters=4, passkey_lengths=[1, 2], depths=2, samples=1,
              shakespeare_iters=4, ppl_lengths=[1, 2], ppl_tokens=1024,
              model=["--n_layer=1", "--n_embd=32", "--n_head=2", "--batch_size=2", "--eval_iters=1"])
@@ -96,32 +98,6 @@ def plot_lines(table, lengths, ylabel, path, logy=False):
     plt.close(fig)
 
 
-def plot_priors(models, block_size, path):
-    """The learned GGD-BAM penalties −b(d) = c·(d + ε)^β against distance d (log-log), one panel per BAM model, one line per head."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
-    d = torch.logspace(0, math.log10(64 * block_size), 200)
-    for ax, (name, model) in zip(axes[0], models.items()):
-        for layer, block in enumerate(model.transformer.h):
-            p = block.attn.prior
-            for h in range(len(p.shape)):
-                penalty = torch.exp(p.log_scale[h]) * (d + 1e-5).pow(p.shape[h])
-                ax.plot(d, penalty.detach(), color=f"C{layer}", alpha=0.8,
-                        label=f"layer {layer}" if h == 0 else None)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.axvline(block_size, color="k", lw=0.8, ls=":")
-        ax.set_title(f"{name}: learned prior per head")
-        ax.set_xlabel("distance i − j (tokens); dotted: training length")
-        ax.set_ylabel("penalty −b(d) = c·(d + ε)^β")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def fmt(x, kind):
     if x is None:
         return "n/a"
@@ -133,77 +109,131 @@ def markdown_table(table, lengths, kind):
     return head + "".join(f"| {name} | " + " | ".join(fmt(v, kind) for v in vals) + " |\n" for name, vals in table.items())
 
 
+def evaluate_variant(pos, ssmax, setting, args):
+    """Train and evaluate one variant; returns its row of the sweep (accuracies, perplexities, prior, times)."""
+    name = name_of(pos, ssmax)
+    common = [f"--pos={pos}", f"--ssmax={ssmax}"] + setting["model"]
+    lr = train.learning_rate * LR_FACTOR.get(pos, 1.0)
+    t0 = time.time()
+    # (1) passkey: train on the synthetic set, evaluate at 1x..64x
+    out = os.path.join(args.out_dir, f"passkey-{name}")
+    iters = [] if setting["passkey_iters"] is None else [f"--max_iters={setting['passkey_iters']}"]
+    model = train_variant(common + iters + [f"--learning_rate={lr}"], out)
+    t_train = time.time() - t0
+    block_size = model.config.block_size
+    lengths = [m * block_size for m in setting["passkey_lengths"]]
+    results = run_passkey(model, "byte", lengths, setting["depths"], setting["samples"], seed=0)
+    write_results(results, os.path.join(out, "passkey.json"),
+                  dict(pos=pos, ssmax=ssmax, block_size=block_size, title=f"passkey accuracy (%), {name}"))
+    print(format_table(results, block_size))
+    accuracy = []
+    for L in lengths:
+        scored = [r["correct"] for r in results if r["length"] == L and r["correct"] is not None]
+        accuracy.append(sum(scored) / len(scored) if scored else None)
+    prior = {k: [[round(x, 3) for x in row] for row in v] for k, v in model.prior_state().items()}
+    t_passkey = time.time() - t0
+    # (2) perplexity: train on tiny Shakespeare, evaluate on its held-out 10%
+    data_dir = shakespeare_dir(os.path.join(args.out_dir if args.quick else os.path.join(ROOT, "data"),
+                                            "shakespeare_byte"), args.input)
+    model = train_variant(common + [f"--dataset={data_dir}", f"--max_iters={setting['shakespeare_iters']}",
+                                    "--eval_interval=100", f"--learning_rate={2 * lr}", "--block_size=256",
+                                    "--batch_size=16", "--warmup_iters=30"],
+                          os.path.join(args.out_dir, f"shakespeare-{name}"))
+    val = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
+    ppl = []
+    for m in setting["ppl_lengths"]:
+        L = m * model.config.block_size
+        if L > model.max_length:
+            ppl.append(None)  # learned positions stop at block_size (SPEC §4)
+            continue
+        ppl.append(evaluate_ppl(model, val, L, max_windows=max(1, setting["ppl_tokens"] // L))[1])
+    return dict(passkey=accuracy, ppl=ppl, prior=prior, block_size=block_size, lr=lr,
+                minutes=dict(passkey_train=t_train / 60, passkey_eval=(t_passkey - t_train) / 60,
+                             shakespeare=(time.time() - t0 - t_passkey) / 60))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a reduced sweep for the tests (tiny models, 1x-2x)")
+    p.add_argument("--only", default=None, help="comma-separated variant names (e.g. bam+ssmax,alibi); default all")
     p.add_argument("--out_dir", default=os.path.join(ROOT, "out-sweep"), help="checkpoints and raw results")
     p.add_argument("--input", default=None, help="a local tinyshakespeare.txt (default: ../shared, else download)")
     p.add_argument("--docs", default=None, help="where results.md and the plots go (default docs/, or out_dir with --quick)")
     args = p.parse_args()
     setting = QUICK if args.quick else FULL
     docs = args.docs or (args.out_dir if args.quick else os.path.join(ROOT, "docs"))
+    names = [name_of(*v) for v in VARIANTS]
+    only = names if args.only is None else [n.strip() for n in args.only.split(",")]
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise ValueError(f"unknown variant(s) {', '.join(unknown)} in --only; valid: {', '.join(names)}")
     os.makedirs(docs, exist_ok=True)
-    t_start = time.time()
-    passkey_acc, ppl, bam_models, shapes = {}, {}, {}, {}
-    block_size = None
+    os.makedirs(args.out_dir, exist_ok=True)
+    sweep_json = os.path.join(args.out_dir, "sweep.json")
+    rows = {}
+    if os.path.isfile(sweep_json):  # the variants of earlier runs stay in the tables
+        with open(sweep_json) as f:
+            rows = json.load(f)["variants"]
     for pos, ssmax in VARIANTS:
         name = name_of(pos, ssmax)
-        common = [f"--pos={pos}", f"--ssmax={ssmax}"] + setting["model"]
-        # (1) passkey: train on the synthetic set, evaluate at 1x..64x
-        model = train_variant(common + [f"--max_iters={setting['passkey_iters']}"],
-                              os.path.join(args.out_dir, f"passkey-{name}"))
-        block_size = model.config.block_size
-        lengths = [m * block_size for m in setting["passkey_lengths"]]
-        results = run_passkey(model, "byte", lengths, setting["depths"], setting["samples"], seed=0)
-        passkey_acc[name] = []
-        for L in lengths:
-            scored = [r["correct"] for r in results if r["length"] == L and r["correct"] is not None]
-            passkey_acc[name].append(sum(scored) / len(scored) if scored else None)
-        if pos == "bam":
-            bam_models[name] = model
-            shapes[name] = [[round(x, 3) for x in b.attn.prior.shape.tolist()] for b in model.transformer.h]
-        # (2) perplexity: train on tiny Shakespeare, evaluate on its held-out 10%
-        data_dir = shakespeare_dir(os.path.join(args.out_dir if args.quick else os.path.join(ROOT, "data"),
-                                                "shakespeare_byte"), args.input)
-        model = train_variant(common + [f"--dataset={data_dir}", f"--max_iters={setting['shakespeare_iters']}",
-                                        "--eval_interval=200", "--learning_rate=2e-3"],
-                              os.path.join(args.out_dir, f"shakespeare-{name}"))
-        val = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
-        ppl[name] = []
-        for m in setting["ppl_lengths"]:
-            L = m * block_size
-            if pos == "learned" and m > 1:
-                ppl[name].append(None)  # learned positions stop at block_size (SPEC §4)
-                continue
-            windows = max(1, setting["ppl_tokens"] // L)
-            ppl[name].append(evaluate_ppl(model, val, L, max_windows=windows)[1])
-        print(f"{name}: passkey {passkey_acc[name]}, ppl {ppl[name]} ({time.time() - t_start:.0f} s so far)")
+        if name in only:
+            rows[name] = evaluate_variant(pos, ssmax, setting, args)
+            print(f"{name}: passkey {rows[name]['passkey']}, ppl {rows[name]['ppl']}")
+            with open(sweep_json, "w") as f:
+                json.dump({"variants": rows, "setting": setting}, f, indent=1)
+    write_docs(rows, setting, docs, args)
 
-    wall = time.time() - t_start
-    plot_lines(passkey_acc, setting["passkey_lengths"], "passkey accuracy", os.path.join(docs, "passkey.png"))
+
+def write_docs(rows, setting, docs, args):
+    """results.md (tables, plots, times; its hand-written part from "## Reading" on is kept) and the PNGs."""
+    rows = {name_of(*v): rows[name_of(*v)] for v in VARIANTS if name_of(*v) in rows}  # in VARIANTS order
+    passkey = {n: r["passkey"] for n, r in rows.items()}
+    ppl = {n: r["ppl"] for n, r in rows.items()}
+    plot_lines(passkey, setting["passkey_lengths"], "passkey accuracy", os.path.join(docs, "passkey.png"))
     plot_lines(ppl, setting["ppl_lengths"], "perplexity (byte level)", os.path.join(docs, "ppl.png"), logy=True)
-    if bam_models:
-        plot_priors(bam_models, block_size, os.path.join(docs, "bam_priors.png"))
-    with open(os.path.join(args.out_dir, "sweep.json"), "w") as f:
-        json.dump({"passkey": passkey_acc, "ppl": ppl, "bam_shapes": shapes, "setting": setting, "wall_s": wall}, f)
+    # heatmaps: bam+ssmax and the baseline with the best mean accuracy from 8x on
+    far = [i for i, m in enumerate(setting["passkey_lengths"]) if m >= 8] or [0]
+    score = {n: np.mean([a or 0 for a in (v[i] for i in far)]) for n, v in passkey.items()}
+    baselines = [n for n in score if not n.startswith("bam")]
+    heatmaps = [n for n in ("bam+ssmax", max(baselines, key=score.get) if baselines else None) if n in rows]
+    for n in heatmaps:
+        shutil.copy(os.path.join(args.out_dir, f"passkey-{n}", "passkey.png"), os.path.join(docs, f"heatmap-{n}.png"))
+    for n in ("bam", "bam+ssmax"):
+        src = os.path.join(args.out_dir, f"passkey-{n}", "priors.png")
+        if n in rows and os.path.isfile(src):
+            shutil.copy(src, os.path.join(docs, f"priors-{n}.png"))
+    path = os.path.join(docs, "results.md")
+    reading = ""
+    if os.path.isfile(path):
+        text = open(path).read()
+        reading = text[text.index("## Reading"):] if "## Reading" in text else ""
+    bs = next(iter(rows.values()))["block_size"]
     command = "python sweep.py" + (" --quick" if args.quick else "")
-    with open(os.path.join(docs, "results.md"), "w") as f:
-        f.write(f"# Results: every variant at CPU scale\n\nMade by `{command}` in {wall / 60:.1f} minutes "
-                f"on {os.cpu_count()} CPU cores ({time.strftime('%Y-%m-%d')}).\n\n")
+    with open(path, "w") as f:
+        f.write(f"# Results: every variant at CPU scale\n\nMade by `{command}` (with `--only` for parts) on "
+                f"{os.cpu_count()} CPU cores, last run {time.strftime('%Y-%m-%d')}; the models are the CPU demo's "
+                f"(`config/cpu_demo.py`), TAPA at 1/5 of its learning rate.\n\n")
         f.write(f"## Passkey retrieval (teacher-forced, {setting['depths']} depths x {setting['samples']} "
-                f"samples per length; training length {block_size} bytes)\n\n")
-        f.write(markdown_table(passkey_acc, setting["passkey_lengths"], "acc"))
+                f"samples per length; training length {bs} bytes)\n\n")
+        f.write(markdown_table(passkey, setting["passkey_lengths"], "acc"))
         f.write("\n![passkey accuracy against length](passkey.png)\n\n")
+        f.write("".join(f"![passkey heatmap, {n}](heatmap-{n}.png)\n" for n in heatmaps) + "\n")
         f.write(f"## Perplexity on held-out tiny Shakespeare (bytes; up to {setting['ppl_tokens']:,} tokens "
                 f"per length)\n\n")
         f.write(markdown_table(ppl, setting["ppl_lengths"], "ppl"))
-        f.write("\n![perplexity against length](ppl.png)\n\n")
-        if shapes:
-            f.write("## Learned GGD-BAM shapes β per layer (one value per head; init 1 = ALiBi)\n\n")
-            for name, per_layer in shapes.items():
-                f.write(f"- {name}: " + "; ".join(f"layer {i}: {s}" for i, s in enumerate(per_layer)) + "\n")
-            f.write("\n![learned priors](bam_priors.png)\n")
-    print(f"wrote {os.path.join(docs, 'results.md')} ({wall / 60:.1f} min)")
+        f.write("\n![perplexity against length](ppl.png)\n\n## Learned positional parameters\n\n")
+        for n, r in rows.items():
+            for key, per_layer in r["prior"].items():
+                f.write(f"- {n}, {train.PRIOR_NAMES[key]}: " +
+                        "; ".join(f"layer {i}: {v}" for i, v in enumerate(per_layer)) + "\n")
+        f.write("".join(f"\n![learned prior, {n}](priors-{n}.png)\n" for n in ("bam", "bam+ssmax")
+                        if os.path.isfile(os.path.join(docs, f"priors-{n}.png"))))
+        f.write("\n## Wall times (minutes on 2 CPU cores: passkey training, passkey evaluation, tiny Shakespeare)\n\n")
+        f.write("".join(f"- {n}: {r['minutes']['passkey_train']:.1f} + {r['minutes']['passkey_eval']:.1f} + "
+                        f"{r['minutes']['shakespeare']:.1f}\n" for n, r in rows.items()))
+        total = sum(sum(r["minutes"].values()) for r in rows.values())
+        f.write(f"- total: {total:.0f} minutes\n\n{reading}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

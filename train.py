@@ -61,7 +61,7 @@ pos = "bam"
 ssmax = True
 ssmax_init = 0.17  # s_h at init (SPEC §2): the BAM code uses 1.0; 0.17 keeps s·ln(n) <= 0.98 over 320 positions
 rope_base = 10000.0
-bam_shape_init = 1.0
+bam_shape_init = 1.0  # β at init: a number (1 = ALiBi), "linear" (linspace(0, 1, n_head)), or one per head
 bam_scale_init = "alibi"
 bam_global_prior = False
 tapa_theta = 0.5
@@ -76,6 +76,10 @@ beta1 = 0.9
 beta2 = 0.99
 grad_clip = 1.0
 decay_lr = True
+# learning-rate multipliers of the positional parameters (no weight decay on them; SPEC §1, §2)
+bam_shape_lr_mult = 1.0  # β of the BAM prior
+bam_scale_lr_mult = 1.0  # θ_scale = log c of the BAM prior
+ssmax_lr_mult = 1.0  # SSMax's s
 warmup_iters = 100
 lr_decay_iters = None  # default: max_iters
 min_lr = None  # default: learning_rate / 10
@@ -108,7 +112,8 @@ def get_batch(data_dir, split, batch_size, block_size, meta, device, generator=N
     """A random batch (x, y), each (B, T) int64, from data_dir/<split>.bin (uint16 memmap).
 
     With meta["example_len"] (the synthetic passkey set) windows start at example
-    boundaries; otherwise anywhere. Raises ValueError if the split is shorter than block_size + 1.
+    boundaries, and targets that are padding (the tokenizer's EOT) are −1, ignored by the loss;
+    otherwise windows start anywhere. Raises ValueError if the split is shorter than block_size + 1.
     """
     data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
     if len(data) < block_size + 1:
@@ -120,6 +125,9 @@ def get_batch(data_dir, split, batch_size, block_size, meta, device, generator=N
         ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
     x = torch.stack([torch.from_numpy(data[i:i + block_size].astype(np.int64)) for i in ix.tolist()])
     y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block_size].astype(np.int64)) for i in ix.tolist()])
+    if "example_len" in meta:  # passkey prompts are right-padded with EOT: the padding is not in the loss
+        from data.tokenizer import TOKENIZERS
+        y = y.masked_fill(y == TOKENIZERS[meta["tokenizer"]].eot, -1)
     if device.startswith("cuda"):
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
@@ -162,6 +170,45 @@ def plot_history(history, path):
     ax.set_yscale("log")  # the passkey demo goes from 5.5 to 0.07, then to 0.04 when the copy forms
     ax.legend()
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+PRIOR_NAMES = {"shape": "BAM shape beta", "scale": "BAM scale c", "ssmax": "SSMax s"}
+
+
+def plot_priors(prior_history, block_size, path):
+    """The BAM prior of every head (from prior_history: [iter, model.prior_state()] per evaluation) to a PNG.
+
+    Left: the penalty −b(d) = c·(d + ε)^β against distance d from 1 to 64 × block_size (log-log), at init
+    (dashed) and at the last evaluation (solid), one colour per head, one panel row per layer.
+    Right: β of every head against the iteration. Dotted lines: the training length.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from attention_bam import GGD_EPS
+    iters = [it for it, _ in prior_history]
+    first, last = prior_history[0][1], prior_history[-1][1]
+    n_layer = len(last["shape"])
+    fig, axes = plt.subplots(n_layer, 2, figsize=(11, 3.2 * n_layer), squeeze=False)
+    d = np.logspace(0, np.log10(64 * block_size), 200)
+    for layer in range(n_layer):
+        ax, ax_beta = axes[layer]
+        for h, (beta, c) in enumerate(zip(last["shape"][layer], last["scale"][layer])):
+            beta0, c0 = first["shape"][layer][h], first["scale"][layer][h]
+            ax.plot(d, c0 * (d + GGD_EPS) ** beta0, color=f"C{h}", ls="--", lw=0.9, alpha=0.6)
+            ax.plot(d, c * (d + GGD_EPS) ** beta, color=f"C{h}", label=f"head {h}: β={beta:.2f}, c={c:.2g}")
+            ax_beta.plot(iters, [p["shape"][layer][h] for _, p in prior_history], color=f"C{h}", marker=".")
+        ax.set(xscale="log", yscale="log", xlabel="distance i − j (tokens)", ylabel="penalty −b = c·(d+ε)^β",
+               title=f"layer {layer}: prior at iteration {iters[-1]} (dashed: at {iters[0]})")
+        ax.axvline(block_size, color="k", lw=0.8, ls=":")
+        ax.legend(fontsize=7)
+        ax_beta.axhline(0, color="k", lw=0.6)
+        ax_beta.set(xlabel="iteration", ylabel="shape β", title=f"layer {layer}: β per head")
+        for a in (ax, ax_beta):
+            a.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -274,12 +321,17 @@ def train(cfg):
     if ckpt is not None:
         model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()})
     model.to(dev)
+    lr_mults = {"bam_shape": cfg["bam_shape_lr_mult"], "bam_scale": cfg["bam_scale_lr_mult"],
+                "ssmax": cfg["ssmax_lr_mult"]}
     optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
-                                           (cfg["beta1"], cfg["beta2"]), device_type)
-    iter_num, best_val_loss, history = 0, 1e9, []
+                                           (cfg["beta1"], cfg["beta2"]), device_type, lr_mults)
+    iter_num, best_val_loss, history, prior_history = 0, 1e9, [], []
     if ckpt is not None:
         optimizer.load_state_dict(ckpt["optimizer"])
+        for group in optimizer.param_groups:  # the multipliers of this run's settings
+            group["lr_mult"] = lr_mults.get(group["name"], 1.0)
         iter_num, best_val_loss, history = ckpt["iter_num"], ckpt["best_val_loss"], ckpt["history"]
+        prior_history = ckpt.get("prior_history", [])
         # every process goes on with its own random state (batches, dropout), saved by rank
         rng_states = ckpt.get("rng_states") or [(ckpt["rng_cpu"], ckpt.get("rng_cuda"))]
         if len(rng_states) == world:
@@ -344,6 +396,7 @@ def train(cfg):
         """The run's state; rng_states: one (cpu, cuda) random state per process, in rank order."""
         return {"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": model_args,
                 "iter_num": iter_num, "best_val_loss": best_val_loss, "config": settings, "history": history,
+                "prior_history": prior_history,
                 "tokenizer": meta["tokenizer"], "rng_states": rng_states}
 
     def all_rng_states():
@@ -381,8 +434,16 @@ def train(cfg):
                 log(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
                 if cfg["wandb_log"]:
                     wandb.log({"iter": iter_num, "train/loss": losses["train"], "val/loss": losses["val"]})
+                prior = raw_model.prior_state()
+                if prior:  # β, c and s per layer and head: in log.txt, and out_dir/priors.png for BAM
+                    prior_history.append([iter_num, prior])
+                    for key, per_layer in prior.items():
+                        log(f"  {PRIOR_NAMES[key]}: " + " | ".join(
+                            f"layer {i}: " + " ".join(f"{x:.3g}" for x in row) for i, row in enumerate(per_layer)))
                 if len(history) > 1:
                     plot_history(history, os.path.join(cfg["out_dir"], "loss.png"))
+                    if "shape" in prior:
+                        plot_priors(prior_history, cfg["block_size"], os.path.join(cfg["out_dir"], "priors.png"))
                 best_val_loss = min(best_val_loss, losses["val"])
             rng_states = all_rng_states()  # after rank 0's evaluation, which draws batches too
             if master and iter_num > 0 and not cfg["eval_only"] and (
@@ -407,7 +468,7 @@ def train(cfg):
             raise KeyboardInterrupt
         lr = get_lr(iter_num, cfg)
         for group in optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group["lr_mult"]
         # forward/backward with gradient accumulation; DDP syncs gradients on the last micro step only
         for micro_step in range(cfg["gradient_accumulation_steps"]):
             if ddp:

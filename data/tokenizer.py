@@ -56,13 +56,14 @@ class GPT2Tokenizer:
         return self.enc.decode([i for i in ids if i < self.vocab_size])
 
 
+TOKENIZERS = {"byte": ByteTokenizer, "gpt2": GPT2Tokenizer}  # classes: .eot and .vocab_size without loading
+
+
 def get_tokenizer(name):
     """Return the tokenizer called `name` ("byte" or "gpt2"); ValueError otherwise."""
-    if name == "byte":
-        return ByteTokenizer()
-    if name == "gpt2":
-        return GPT2Tokenizer()
-    raise ValueError(f"unknown tokenizer {name!r}; valid names: {sorted(VOCAB_SIZES)}")
+    if name not in TOKENIZERS:
+        raise ValueError(f"unknown tokenizer {name!r}; valid names: {sorted(TOKENIZERS)}")
+    return TOKENIZERS[name]()
 
 
 def write_split(out_dir, split, ids):

@@ -1,5 +1,6 @@
 """passkey.py (SPEC §5): scoring against stub models whose answers are known, chunked
 prefill against a full forward, determinism, output files and the minimum length."""
+import math
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -31,6 +32,8 @@ class CopyStub(torch.nn.Module):
         self.config = StubConfig(vocab_size=vocab_size)
         self.n, self.wrong = n, wrong
         self.digits = digits or {ord(str(d)): ord(str((d + 1) % 10)) for d in range(10)}
+
+    max_length = math.inf  # like model.GPT.max_length: any length
 
     def new_cache(self):
         return [None]  # filled with one token history per batch row

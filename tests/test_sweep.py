@@ -20,12 +20,25 @@ def test_quick_sweep_end_to_end(tmp_path, shakespeare_path):
         rows = [line for line in part.splitlines() if line.startswith("| ") and not line.startswith("| variant")]
         assert [row.split(" | ")[0][2:] for row in rows] == [name_of(*v) for v in VARIANTS]
     assert "| learned | " in ppl_part and "n/a" in ppl_part.split("| learned | ")[1].splitlines()[0]
-    for png in ("passkey.png", "ppl.png", "bam_priors.png"):
+    for png in ("passkey.png", "ppl.png", "priors-bam.png", "priors-bam+ssmax.png", "heatmap-bam+ssmax.png"):
         assert (tmp_path / png).stat().st_size > 1000
-    data = json.loads((tmp_path / "sweep.json").read_text())
-    assert set(data["passkey"]) == {name_of(*v) for v in VARIANTS}
-    for values in data["passkey"].values():  # accuracies are fractions of the scored prompts
-        assert all(v is None or 0.0 <= v <= 1.0 for v in values)
+    data = json.loads((tmp_path / "sweep.json").read_text())["variants"]
+    assert set(data) == {name_of(*v) for v in VARIANTS}
+    for row in data.values():  # accuracies are fractions of the scored prompts
+        assert all(v is None or 0.0 <= v <= 1.0 for v in row["passkey"])
+    assert data["tapa"]["lr"] == data["rope"]["lr"] / 5  # TAPA's paper: 5x lower than RoPE
+
+    # --only re-runs some variants; the others' rows stay, and so does the hand-written part of results.md
+    (tmp_path / "results.md").write_text(md + "## Reading\nwritten by hand\n")
+    r = subprocess.run([sys.executable, "sweep.py", "--quick", "--only=alibi", f"--out_dir={tmp_path}",
+                        f"--input={shakespeare_path}"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    md = (tmp_path / "results.md").read_text()
+    assert md.endswith("## Reading\nwritten by hand\n") and md.count("## Reading") == 1
+    assert md.count("| nope+ssmax | ") == 2
+    r = subprocess.run([sys.executable, "sweep.py", "--quick", "--only=fire", f"--out_dir={tmp_path}"],
+                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 1 and "unknown variant(s) fire" in r.stderr
 
 
 def test_markdown_table_formats():

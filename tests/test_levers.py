@@ -1,0 +1,168 @@
+"""The extrapolation levers (issue 14): per-head shape init of the BAM prior, learning-rate multipliers of the
+positional parameters, their logging, the passkey set's padding outside the loss, and the key-attention
+diagnostic. Each is checked against an independent computation (closed forms of AdamW's first step, a naive
+softmax, the raw token stream)."""
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import train
+from attention_bam import GGDPrior, ggd_bias, per_head_shape_init
+from data.passkey import build_dataset, passkey_prompt
+from data.tokenizer import get_tokenizer
+from model import GPT, GPTConfig
+from passkey import key_attention, key_positions
+
+DEFAULTS = {k: getattr(train, k) for k in train.CONFIG_KEYS}
+
+
+# ---------------------------------------------------------------- per-head shape init (SPEC §1)
+
+def test_shape_init_options():
+    assert per_head_shape_init(0.5, 3).tolist() == [0.5, 0.5, 0.5]
+    assert torch.allclose(per_head_shape_init("linear", 4), torch.tensor([0.0, 1 / 3, 2 / 3, 1.0]))
+    assert per_head_shape_init([0, -0.5, 2], 3).tolist() == [0.0, -0.5, 2.0]
+    for bad in ("flat", [1.0, 2.0], [1, "x", 2], float("nan")):
+        with pytest.raises(ValueError, match="bam_shape_init must be a number, 'linear' or 3 numbers"):
+            per_head_shape_init(bad, 3)
+    with pytest.raises(ValueError, match="bam_shape_init"):  # GPTConfig checks it before any model is built
+        GPTConfig(pos="bam", n_head=4, n_embd=32, bam_shape_init=[1, 2])
+
+
+def test_linear_init_has_a_flat_head_and_an_alibi_head():
+    """linspace(0, 1, H): head 0 has β = 0, a bias constant in the distance (NoPE up to a constant);
+    the last head has β = 1 with its ALiBi slope, i.e. exactly ALiBi's bias."""
+    prior = GGDPrior(4, "linear")
+    b = prior(torch.arange(40, 41), torch.arange(0, 41))[:, 0]  # (H, 41): query 40 against keys 0..40
+    assert torch.allclose(b[0], b[0, :1].expand(41), atol=1e-5)
+    slope = math.exp(prior.log_scale[3].item())
+    assert torch.allclose(b[3], -slope * (40 - torch.arange(41.0)), atol=1e-4)
+
+
+@pytest.mark.parametrize("arg,expected", [("--bam_shape_init=linear", "linear"), ("--bam_shape_init=0.25", 0.25),
+                                          ("--bam_shape_init=[0,0.5,1,1]", [0, 0.5, 1, 1])])
+def test_shape_init_from_the_command_line(arg, expected):
+    cfg = train.get_config([arg], DEFAULTS)
+    assert cfg["bam_shape_init"] == expected
+    model = GPT(GPTConfig(**{k: cfg[k] for k in train.MODEL_KEYS if k in cfg and k != "vocab_size"}, vocab_size=257))
+    for block in model.transformer.h:
+        assert torch.allclose(block.attn.prior.shape, per_head_shape_init(expected, cfg["n_head"]))
+
+
+# ---------------------------------------------------------------- optimizer groups and multipliers
+
+def test_marked_parameters_get_their_own_groups_without_weight_decay():
+    """Groups come from the `optim_group` marker on the parameters, not from their names: a prior stored under
+    another attribute name is still found."""
+    model = GPT(GPTConfig(block_size=16, vocab_size=37, n_layer=2, n_head=4, n_embd=32, pos="bam", ssmax=True))
+    for block in model.transformer.h:  # rename the modules: nothing may depend on ".prior." in a name
+        block.attn.my_bias = block.attn.prior
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu", {"bam_shape": 3.0, "ssmax": 0.0})
+    groups = {g["name"]: g for g in opt.param_groups}
+    assert set(groups) == {"decay", "no_decay", "bam_shape", "bam_scale", "ssmax"}
+    for name, mult in (("bam_shape", 3.0), ("bam_scale", 1.0), ("ssmax", 0.0)):
+        assert groups[name]["weight_decay"] == 0.0 and groups[name]["lr_mult"] == mult
+        assert len(groups[name]["params"]) == 2  # one tensor per layer
+    assert all(p.dim() >= 2 for p in groups["decay"]["params"])
+    n_params = sum(p.numel() for g in opt.param_groups for p in g["params"])
+    assert n_params == sum(p.numel() for p in model.parameters())
+    with pytest.raises(ValueError, match="multipliers must be >= 0"):
+        model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu", {"ssmax": -1.0})
+
+
+def test_lr_multipliers_scale_the_first_adamw_step(tmp_path):
+    """AdamW's first step moves every parameter with a non-zero gradient by lr·m̂/(√v̂ + eps) = lr·sign(g) (up to
+    eps: 0.2% here), plus weight decay, which the positional groups do not have. So after one iteration each β moves by
+    exactly lr_0·bam_shape_lr_mult, each log c by lr_0·bam_scale_lr_mult and each s by lr_0·ssmax_lr_mult, where
+    lr_0 = learning_rate / (warmup_iters + 1) (get_lr at iteration 0). The values at iteration 0 come from the
+    checkpoint's prior_history, which is also what log.txt prints."""
+    lr, warmup = 1e-2, 4
+    cfg = train.get_config(["--n_layer=2", "--n_head=4", "--n_embd=32", "--batch_size=2", "--eval_iters=1",
+                            "--max_iters=1", "--eval_interval=1", f"--learning_rate={lr}", f"--warmup_iters={warmup}",
+                            "--bam_shape_lr_mult=5", "--bam_scale_lr_mult=0", "--ssmax_lr_mult=2",
+                            "--bam_shape_init=linear", f"--out_dir={tmp_path}"], DEFAULTS)
+    train.train(cfg)
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    (it0, before), (it1, after) = ckpt["prior_history"]
+    assert (it0, it1) == (0, 1)
+    lr0 = lr / (warmup + 1)
+    for key, mult in (("shape", 5.0), ("scale", 0.0), ("ssmax", 2.0)):
+        moved = np.abs(np.array(after[key]) - np.array(before[key]))
+        if key == "scale":  # c = exp(log c) does not move with a multiplier of 0
+            assert np.array_equal(np.array(after[key]), np.array(before[key]))
+        else:
+            assert np.allclose(moved, lr0 * mult, rtol=1e-2), (key, moved)  # eps: |g| is small
+    state = ckpt["model"]
+    assert torch.allclose(state["transformer.h.1.attn.prior.shape"], torch.tensor(after["shape"][1]))
+    log = (tmp_path / "log.txt").read_text()
+    assert "BAM shape beta: layer 0: 0 0.333 0.667 1 | layer 1: 0 0.333 0.667 1" in log  # iteration 0
+    assert (tmp_path / "priors.png").stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------- the passkey set: padding outside the loss
+
+def test_passkey_padding_is_not_in_the_loss(tmp_path):
+    """Targets that are EOT padding become −1; the model's loss is then the mean cross-entropy over the real
+    targets alone, recomputed here from the raw token stream."""
+    meta = build_dataset("byte", 300, n_train=12, n_val=4, seed=0, out_dir=str(tmp_path))
+    raw = np.fromfile(tmp_path / "train.bin", dtype=np.uint16).reshape(12, 301).astype(np.int64)
+    assert (raw == 256).any()  # the set does hold padding
+    x, y = train.get_batch(str(tmp_path), "train", 6, 300, meta, "cpu", torch.Generator().manual_seed(0))
+    for row_x, row_y in zip(x, y):
+        ex = raw[[i for i in range(12) if np.array_equal(raw[i, :300], row_x.numpy())][0]]
+        target = torch.from_numpy(ex[1:])
+        assert torch.equal(row_y == -1, target == 256)
+        assert torch.equal(row_y[row_y != -1], target[target != 256])
+    model = GPT(GPTConfig(block_size=300, vocab_size=257, n_layer=1, n_head=2, n_embd=16, pos="bam"))
+    logits, loss = model(x, y)
+    keep = y != -1
+    manual = F.cross_entropy(logits[keep], y[keep])
+    assert loss.item() == pytest.approx(manual.item(), rel=1e-6)
+
+
+# ---------------------------------------------------------------- the key-attention diagnostic
+
+def naive_key_mass(model, ids, key_pos, start):
+    """Layer 0's attention mass on key_pos, by hand: q, k from the block's own weights, the GGD bias and SSMax
+    factor of SPEC §1–2, a softmax over the visible keys of every answer-predicting query, averaged."""
+    attn, H = model.transformer.h[0].attn, model.config.n_head
+    x = model.transformer.h[0].ln_1(model.transformer.wte(ids))[0]  # (T, C): bam adds nothing to the embeddings
+    q, k, _ = attn.c_attn(x).split(model.config.n_embd, dim=1)
+    D = model.config.n_embd // H
+    mass = torch.zeros(H)
+    T = ids.shape[1]
+    for h in range(H):
+        qh, kh = q[:, h * D:(h + 1) * D], k[:, h * D:(h + 1) * D]
+        for i in range(start, T):
+            z = torch.stack([qh[i] @ kh[j] / math.sqrt(D) for j in range(i + 1)])
+            b = ggd_bias(torch.tensor([i]), torch.arange(i + 1), attn.prior.log_scale, attn.prior.shape)[h, 0]
+            p = torch.softmax(attn.ssmax.scale[h] * math.log(i + 1) * (z + b), dim=0)
+            mass[h] += p[key_pos].sum() / (T - start)
+    return mass
+
+
+@torch.no_grad()
+def test_key_attention_equals_a_naive_softmax():
+    tok = get_tokenizer("byte")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=320, vocab_size=257, n_layer=2, n_head=4, n_embd=32, pos="bam", ssmax=True,
+                          bam_shape_init=[-0.3, 0.0, 0.5, 1.0])).eval()
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.attn.c_attn.weight.mul_(20)  # sharper attention than at init, so a wrong mask would show
+            block.attn.ssmax.scale.uniform_(0.5, 1.5)
+    key, length = 12345, 340
+    prompt, answer = passkey_prompt(tok, length, 0.3, key)
+    pos = key_positions(tok, prompt, key)
+    assert [chr(prompt[p]) for p in pos] == list("1234512345")
+    mass, _ = key_attention(model, tok, length, 0.3, key, chunk=128)  # chunked prefill through the KV cache
+    ids = torch.tensor([prompt + answer[:-1]])
+    expected = naive_key_mass(model, ids, pos, len(prompt) - 1)
+    assert torch.allclose(mass[0], expected, atol=1e-5), (mass[0], expected)
+    assert ((mass >= 0) & (mass <= 1)).all()
+    # the diagnostic leaves the model as it was
+    assert not any("attend" in vars(b.attn) for b in model.transformer.h)
