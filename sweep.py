@@ -150,7 +150,8 @@ def main():
         name = name_of(pos, ssmax)
         common = [f"--pos={pos}", f"--ssmax={ssmax}"] + setting["model"]
         # (1) passkey: train on the synthetic set, evaluate at 1x..64x
-        model = train_variant(common + [f"--max_iters={setting['passkey_iters']}"],
+        model = train_variant(common + [f"--max_iters={setting['passkey_iters']}",
+                                        f"--lr_decay_iters={setting['passkey_iters']}"],
                               os.path.join(args.out_dir, f"passkey-{name}"))
         block_size = model.config.block_size
         lengths = [m * block_size for m in setting["passkey_lengths"]]
@@ -166,7 +167,8 @@ def main():
         data_dir = shakespeare_dir(os.path.join(args.out_dir if args.quick else os.path.join(ROOT, "data"),
                                                 "shakespeare_byte"), args.input)
         model = train_variant(common + [f"--dataset={data_dir}", f"--max_iters={setting['shakespeare_iters']}",
-                                        "--eval_interval=200", "--learning_rate=2e-3"],
+                                        f"--lr_decay_iters={setting['shakespeare_iters']}", "--eval_interval=200",
+                                        "--learning_rate=2e-3"],
                               os.path.join(args.out_dir, f"shakespeare-{name}"))
         val = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
         ppl[name] = []

@@ -12,7 +12,9 @@ CPU cores, after which it retrieves the passkey at its training length). Example
 Every key below can be set in a config file or as --key=value; unknown keys and
 values of the wrong type are refused with the list of valid keys (`--help` lists
 them). `--init_from=resume` goes on with the run in --out_dir, with that run's
-settings: the command line changes only the keys it names (e.g. --max_iters).
+settings: the command line changes only the keys it names (e.g. --max_iters). The
+learning-rate schedule does not depend on max_iters, so a run stopped at 20 iterations
+and resumed to 40 equals a run of 40 (README, "Checkpoints and resuming").
 """
 
 import json
@@ -80,7 +82,7 @@ grad_clip = 1.0
 max_bad_steps = 0  # > 0: skip a step with a non-finite loss or gradient, up to this many (checks every step); 0: stop
 decay_lr = True
 warmup_iters = 100
-lr_decay_iters = None  # default: max_iters
+lr_decay_iters = 2000  # the cosine reaches min_lr here, whatever max_iters is (a longer run stays at min_lr after)
 min_lr = None  # default: learning_rate / 10
 # system
 device = "auto"  # "auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:1", ...
@@ -346,6 +348,9 @@ def train(cfg):
     n_params = raw_model.get_num_params()
     log(f"nanoPE: pos={cfg['pos']} ssmax={cfg['ssmax']} | {n_params / 1e6:.2f}M parameters | device {dev} ({dtype}) "
         f"| {world} process(es) | {tokens_per_iter:,} tokens per iteration | data {data_dir} ({meta['tokenizer']})")
+    if cfg["decay_lr"] and cfg["max_iters"] > cfg["lr_decay_iters"]:
+        log(f"note: the learning rate reaches min_lr at lr_decay_iters={cfg['lr_decay_iters']} and stays there to "
+            f"max_iters={cfg['max_iters']} (--lr_decay_iters={cfg['max_iters']} stretches the cosine)")
 
     def checkpoint(rng_states):
         """The run's state; rng_states: one (cpu, cuda) random state per process, in rank order."""
