@@ -115,7 +115,7 @@ def save_checkpoint(path, ckpt, keep_previous=False):
         free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
         raise NanoPEError(f"could not write {path} ({reason}): a checkpoint needs about {_size(_nbytes(ckpt))}, "
                           f"{_size(free)} are free there; free some space and go on with --init_from=resume "
-                          f"({os.path.basename(path)} is as it was, the partial {os.path.basename(tmp)} removed)") from None
+                          f"({os.path.basename(path)} is as it was, the partial .tmp removed)") from None
     if keep_previous and os.path.isfile(path):
         os.replace(path, path + PREV)
     os.replace(tmp, path)

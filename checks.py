@@ -24,7 +24,8 @@ def check_settings(cfg):
         if cfg[key] is not None and not cfg[key] >= 0:
             raise InputError(f"need {key} >= 0, got {key}={cfg[key]}")
     if not cfg["learning_rate"] > 0:
-        raise InputError(f"need learning_rate > 0, got learning_rate={cfg['learning_rate']} (e.g. --learning_rate=1e-3)")
+        raise InputError(f"need learning_rate > 0, got learning_rate={cfg['learning_rate']} "
+                         f"(e.g. --learning_rate=1e-3)")
     for key in ("beta1", "beta2", "dropout"):
         if not 0 <= cfg[key] < 1:
             raise InputError(f"need 0 <= {key} < 1, got {key}={cfg[key]}")

@@ -86,7 +86,8 @@ def jsonl_text(line, path, n):
         text = json.loads(line)["text"]
     except (ValueError, KeyError, TypeError) as e:  # not JSON, no "text", not an object
         reason = "no \"text\" field" if isinstance(e, KeyError) else f"not a JSON object ({type(e).__name__})"
-        raise InputError(f"{path} line {n}: {reason}; every line must be a JSON object with a \"text\" string") from None
+        raise InputError(f"{path} line {n}: {reason}; every line must be a JSON object with a \"text\" "
+                         "string") from None
     if not isinstance(text, str):
         raise InputError(f"{path} line {n}: \"text\" is a {type(text).__name__}, not a string")
     return text
@@ -180,8 +181,9 @@ def prepare(out_dir, data_files=None, dataset="fineweb", name="sample-10BT", sha
     data_files: list of local .parquet / .jsonl paths with a "text" column (then dataset /
     name are ignored), else the hub config `name` of REPOS[dataset]. Stops after
     max_tokens tokens (None: all). Raises MissingFileError for a missing data file, InputError
-    for a file that is not .parquet/.jsonl (or a jsonl line without "text"), if shard_size < 1, if max_tokens <= shard_size or if the data is smaller than one shard (there
-    would be no train tokens).
+    for a file that is not .parquet/.jsonl (or a jsonl line without "text"), if shard_size < 1,
+    if max_tokens <= shard_size or if the data is smaller than one shard (there would be no
+    train tokens).
     """
     missing = [f for f in data_files or [] if not os.path.isfile(f)]
     if missing:

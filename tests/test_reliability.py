@@ -291,7 +291,7 @@ def cli_results(tmp_path_factory, data_dir):
         "not a checkpoint": ("sample.py", ["--ckpt", str(t / "text.pt")], "not a PyTorch checkpoint"),
         "truncated .pt": ("eval_ppl.py", ["--ckpt", str(t / "truncated.pt")], "truncated"),
         "truncated on resume": ("train.py", [f"--out_dir={t / 'resume'}", "--init_from=resume"],
-                                f"truncated, damaged or not a PyTorch checkpoint"),
+                                "truncated, damaged or not a PyTorch checkpoint"),
         "malformed meta.json": ("train.py", TINY + [f"--dataset={bad['bad_meta']}", f"--out_dir={t / 'o3'}"],
                                 "meta.json is not valid JSON"),
         "missing split": ("eval_ppl.py", ["--ckpt", str(good), "--split=test"], "no test split"),
@@ -320,8 +320,8 @@ def cli_results(tmp_path_factory, data_dir):
     return {name: (script, message, done[name]) for name, (script, _, message) in commands.items()}, t
 
 
-CLI_CASES = ["empty train.bin", "empty val.bin", "config syntax error", "empty .pt", "not a checkpoint", "truncated .pt",
-             "truncated on resume", "malformed meta.json", "missing split", "device foo", "out_dir is a file",
+CLI_CASES = ["empty train.bin", "empty val.bin", "config syntax error", "empty .pt", "not a checkpoint",
+             "truncated .pt", "truncated on resume", "malformed meta.json", "missing split", "device foo", "out_dir is a file",
              "negative learning rate", "fineweb csv", "fineweb jsonl without text", "nan weights in sample.py",
              "passkey --out in a file", "eval_ppl --out in a file"]
 
