@@ -4,14 +4,28 @@ key = value), then --key=value overrides, each checked against the default's typ
 
     cfg = get_config(sys.argv[1:], defaults)
 
-Also the command-line helpers every script uses: run_script (nanoPE's own errors as one
-line) and positive_int (an argparse type).
+Also what every script shares: nanoPE's error classes, run_script (those errors as one
+line), positive_int (an argparse type) and output_path (an output file checked before a
+long run).
 """
 import argparse
 import ast
 import os
 import sys
-import traceback
+
+
+class NanoPEError(Exception):
+    """An error found by nanoPE's own checks. Its message is one line that names the fix:
+    run_script prints it without a traceback and exits with status 1."""
+
+
+class InputError(NanoPEError, ValueError):
+    """A bad setting, argument, input file or dataset (also a ValueError)."""
+
+
+class MissingFileError(NanoPEError, FileNotFoundError):
+    """A missing checkpoint, dataset or input file (also a FileNotFoundError)."""
+
 
 # the type a value must have for the keys whose default is None (unset)
 NONE_DEFAULT_TYPES = {"wandb_run_name": str, "vocab_size": int, "lr_decay_iters": int, "min_lr": float}
@@ -36,7 +50,7 @@ def parse_value(key, text, default):
             return True
         if text.lower() in ("false", "0"):
             return False
-        raise ValueError(f"--{key} expects True or False, got {text!r}")
+        raise InputError(f"--{key} expects True or False, got {text!r}")
     if isinstance(default, str) and key not in MIXED_KEYS:
         return text
     try:
@@ -44,7 +58,7 @@ def parse_value(key, text, default):
     except (ValueError, SyntaxError):
         if key in MIXED_KEYS:
             return text
-        raise ValueError(f"--{key} expects {type(default).__name__}, got {text!r}") from None
+        raise InputError(f"--{key} expects {type(default).__name__}, got {text!r}") from None
     return check_type(key, value, default)
 
 
@@ -61,38 +75,55 @@ def check_type(key, value, default):
     if key in MIXED_KEYS:
         return value
     if type(value) is not type(default):
-        raise ValueError(f"{key} expects {type(default).__name__}, got {value!r} ({type(value).__name__})")
+        raise InputError(f"{key} expects {type(default).__name__}, got {value!r} ({type(value).__name__})")
     return value
+
+
+def run_config_file(path):
+    """Execute the config file `path` (Python, key = value lines); returns its namespace (a dict).
+
+    Raises InputError naming the file and line for a syntax error, or any error while it runs.
+    """
+    namespace = {}
+    with open(path) as f:
+        source = f.read()
+    try:
+        exec(compile(source, path, "exec"), namespace)
+    except SyntaxError as e:
+        raise InputError(f"config file {path}, line {e.lineno}: {e.msg}: fix its Python syntax "
+                         f"(lines of key = value)") from None
+    except Exception as e:
+        raise InputError(f"config file {path} failed: {type(e).__name__}: {e}") from None
+    return namespace
 
 
 def get_config(argv, defaults):
     """The run's config: defaults, then config files, then --key=value overrides, in argv order.
 
     argv: list of strings (sys.argv[1:]); defaults: dict of key -> default value.
-    Raises ValueError for an unknown key (listing the valid ones), a wrong type or
-    a malformed argument; FileNotFoundError for a missing config file.
+    Raises InputError (a ValueError) for an unknown key (listing the valid ones), a wrong
+    type, a malformed argument or a config file that does not run; MissingFileError (a
+    FileNotFoundError) for a missing config file.
     """
     config = dict(defaults)
     valid = ", ".join(sorted(defaults))
     for arg in argv:
         if not arg.startswith("--"):
             if not os.path.isfile(arg):
-                raise FileNotFoundError(f"config file {arg} not found (arguments are config files or --key=value)")
-            namespace = {}
-            with open(arg) as f:
-                exec(f.read(), namespace)
+                raise MissingFileError(f"config file {arg} not found (arguments are config files or --key=value)")
+            namespace = run_config_file(arg)
             for key, value in namespace.items():
                 if key.startswith("_") or type(value).__name__ == "module":
                     continue
                 if key not in defaults:
-                    raise ValueError(f"unknown key {key!r} in {arg}; valid keys: {valid}")
+                    raise InputError(f"unknown key {key!r} in {arg}; valid keys: {valid}")
                 config[key] = check_type(key, value, defaults[key])
         else:
             if "=" not in arg:
-                raise ValueError(f"malformed argument {arg!r}: use --key=value")
+                raise InputError(f"malformed argument {arg!r}: use --key=value")
             key, text = arg[2:].split("=", 1)
             if key not in defaults:
-                raise ValueError(f"unknown key {key!r}; valid keys: {valid}")
+                raise InputError(f"unknown key {key!r}; valid keys: {valid}")
             config[key] = parse_value(key, text, defaults[key])
     return config
 
@@ -108,20 +139,68 @@ def positive_int(text):
     return value
 
 
+def check_device(device):
+    """Raise InputError unless device is "auto" or a cpu/cuda torch device that this machine has."""
+    if device == "auto":
+        return
+    import torch  # here: the other helpers run without it
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise InputError(f"device={device!r} is not a torch device: use auto, cpu, cuda or cuda:N") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise InputError(f"device={device}: nanoPE runs on cpu or cuda")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"device={device} but this torch sees no CUDA GPU: use --device=cpu (or auto)")
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise InputError(f"device={device} but this machine has {torch.cuda.device_count()} GPU(s)")
+
+
+def check_folder_writable(folder, what):
+    """Raise InputError (naming `what`, e.g. "out_dir") unless `folder` is a writable folder, or
+    can be made as one (its nearest existing parent is a writable folder). Creates nothing."""
+    existing = os.path.abspath(folder)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise InputError(f"{what} {folder} cannot be a folder: {existing} is a file; pick another {what}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{what} {folder}: no permission to write in {existing}; pick another {what}")
+
+
+def output_path(path, siblings=(), overwrite=True):
+    """Check, before a long evaluation, that the file `path` can be written; returns the path to write.
+
+    siblings: the extensions of the files written beside it (e.g. (".csv", ".png")). With
+    overwrite=False an earlier result is kept: if path or a sibling exists, the first free
+    name <stem>-2<ext>, <stem>-3<ext>, ... is returned instead. Creates nothing. Raises
+    InputError naming the path if it is a folder or its folder cannot be written.
+    """
+    if os.path.isdir(path):
+        raise InputError(f"--out {path} is a folder: give a file name, e.g. {os.path.join(path, 'results.json')}")
+    check_folder_writable(os.path.dirname(os.path.abspath(path)), "--out folder")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise InputError(f"--out {path} is read-only: pick another --out")
+    stem, ext = os.path.splitext(path)
+    candidate, n = stem, 1
+    while not overwrite and any(os.path.exists(candidate + e) for e in (ext,) + tuple(siblings)):
+        n += 1
+        candidate = f"{stem}-{n}"
+    return candidate + ext
+
+
 def run_script(main):
     """Run a script's main() (train.py, sample.py, passkey.py, eval_ppl.py, sweep.py, data/*.py).
 
-    A ValueError or FileNotFoundError raised by nanoPE's own checks (code in this repository:
-    a bad config, a missing checkpoint or dataset) ends the script with its one-line message,
-    which names the fix, and exit status 1; one raised inside torch or another library keeps
-    its traceback. Ctrl-C ends the script with status 130 and no traceback.
+    nanoPE's own errors (NanoPEError and its subclasses InputError and MissingFileError:
+    a bad config, a missing checkpoint or dataset, a diverged run, a full disk) end the script
+    with their one-line message, which names the fix, and exit status 1. Any other exception,
+    such as a ValueError raised inside torch or another library, keeps its traceback. Ctrl-C
+    ends the script with status 130 and no traceback.
     """
     try:
         main()
     except KeyboardInterrupt:
         sys.exit(130)
-    except (ValueError, FileNotFoundError) as e:
-        where = os.path.abspath(traceback.extract_tb(e.__traceback__)[-1].filename)
-        if not where.startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep):
-            raise
+    except NanoPEError as e:
         sys.exit(f"{os.path.basename(sys.argv[0])}: {e}")

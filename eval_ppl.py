@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from configurator import positive_int, run_script
+from checkpoint import read_checkpoint
+from configurator import InputError, MissingFileError, output_path, positive_int, run_script
 from data.tokenizer import data_dir_of, read_meta
 from model import load_checkpoint
 from passkey import parse_lengths
@@ -48,15 +49,15 @@ def evaluate_ppl(model, tokens, length, stride=None, max_windows=None, batch_siz
     so every target is scored once. max_windows keeps the first windows only.
     Each window is fed in chunks of `chunk` tokens through the KV cache; chunks before
     the scored part skip the lm_head. Returns (mean loss in nats, perplexity, n_scored).
-    Raises ValueError if tokens hold no full window, or (from the model) for
+    Raises InputError (a ValueError) if tokens hold no full window, or (from the model) ValueError for
     pos='learned' past block_size.
     """
     stride = stride or length
     if not 0 < stride <= length:
-        raise ValueError(f"stride must be in 1..length={length}, got {stride}")
+        raise InputError(f"stride must be in 1..length={length}, got {stride}")
     starts = window_starts(len(tokens), length, stride)[:max_windows]
     if not starts:
-        raise ValueError(f"{len(tokens)} tokens hold no window of {length} + 1 tokens")
+        raise InputError(f"{len(tokens)} tokens hold no window of {length} + 1 tokens")
     model.eval()
     total, n_scored = 0.0, 0
     for b0 in tqdm(range(0, len(starts), batch_size), desc=f"L={length}", disable=not progress, leave=False):
@@ -127,6 +128,27 @@ def format_table(rows):
     return "\n".join(lines)
 
 
+def data_of(path, ckpt, data_dir, split):
+    """(data_dir, split file) that checkpoint `path` (dict ckpt) is evaluated on: data_dir, else the folder of its
+    training dataset. Raises InputError / MissingFileError naming the fix for a missing or empty split, a
+    dataset in another tokenizer, or a checkpoint that names no dataset."""
+    dataset = ckpt.get("config", {}).get("dataset")
+    if not (data_dir or dataset):
+        raise InputError(f"{path} names no dataset in its config: pass --data_dir")
+    data_dir = data_dir or data_dir_of(dataset)  # as train.py found it (a folder, else data/<dataset>)
+    meta = read_meta(data_dir)
+    if meta["tokenizer"] != ckpt.get("tokenizer", meta["tokenizer"]):
+        raise InputError(f"{path} uses tokenizer {ckpt['tokenizer']!r} but {data_dir} holds {meta['tokenizer']!r} "
+                         f"tokens: pass a --data_dir in its tokenizer")
+    split_file = os.path.join(data_dir, f"{split}.bin")
+    if not os.path.isfile(split_file) or os.path.getsize(split_file) < 4:
+        splits = sorted(f[:-4] for f in os.listdir(data_dir) if f.endswith(".bin") and os.path.getsize(
+            os.path.join(data_dir, f)) >= 4)
+        raise MissingFileError(f"no {split} split in {data_dir} ({split_file} missing or empty): use --split with "
+                               f"one of {', '.join(splits) or 'none (prepare the data again)'}")
+    return data_dir, split_file
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", nargs="*", default=[], help="checkpoint paths")
@@ -149,19 +171,17 @@ def main(argv=None):
         p.error("give --ckpt PATH... or --out_dirs DIR...")
     use_amp = "cuda" in args.device and args.dtype != "float32"
     ctx = torch.autocast("cuda", dtype=getattr(torch, args.dtype)) if use_amp else None
+    # everything is checked before the first evaluation: the output, then every checkpoint's data
+    out = output_path(args.out or os.path.join(os.path.dirname(paths[0]) if len(paths) == 1 else "out-ppl",
+                                               "ppl.json"))
+    data = {path: data_of(path, read_checkpoint(path, mmap=True), args.data_dir, args.split) for path in paths}
 
     rows = []
     for path in paths:
         model, ckpt = load_checkpoint(path, args.device)
         cfg = model.config
-        dataset = ckpt.get("config", {}).get("dataset")
-        if not (args.data_dir or dataset):
-            p.error(f"{path} names no dataset in its config: pass --data_dir")
-        data_dir = args.data_dir or data_dir_of(dataset)  # as train.py found it (a folder, else data/<dataset>)
-        meta = read_meta(data_dir)
-        if meta["tokenizer"] != ckpt.get("tokenizer", meta["tokenizer"]):
-            p.error(f"{path} uses tokenizer {ckpt['tokenizer']!r} but {data_dir} holds {meta['tokenizer']!r} tokens")
-        tokens = np.memmap(os.path.join(data_dir, f"{args.split}.bin"), dtype=np.uint16, mode="r")
+        data_dir, split_file = data[path]
+        tokens = np.memmap(split_file, dtype=np.uint16, mode="r")
         tokens = tokens[:args.max_tokens] if args.max_tokens else tokens
         label = label_of(path, model)
         for L in parse_lengths(args.lengths, cfg.block_size):
@@ -179,7 +199,6 @@ def main(argv=None):
             rows.append(row)
     print("\nperplexity" + (f", stride {args.stride}" if args.stride else ", full windows"))
     print(format_table(rows))
-    out = args.out or os.path.join(os.path.dirname(paths[0]) if len(paths) == 1 else "out-ppl", "ppl.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         json.dump(rows, f, indent=1)

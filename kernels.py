@@ -36,6 +36,7 @@ import os
 import torch
 
 from attention_bam import BIAS_FLOOR, GGD_EPS
+from configurator import InputError  # a ValueError: a setting the kernels cannot run (one line in the scripts)
 from attention_tapa import tapa_split
 
 try:
@@ -486,7 +487,7 @@ def _check_inputs(q, k, v, q_offset, params=()):
         raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; "
                          f"need q (B, H, Tq, D) and k, v both (B, H, Tk, D)")
     if D not in HEAD_DIMS:
-        raise ValueError(f"head dim {D} is not supported by the Triton kernels (supported: {HEAD_DIMS}); "
+        raise InputError(f"head dim {D} is not supported by the Triton kernels (supported: {HEAD_DIMS}); "
                          f"change n_embd/n_head, or use attn_impl='torch'")
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise ValueError(f"q, k, v must share one dtype among float32/float16/bfloat16; "
@@ -634,7 +635,7 @@ def tapa_attention(q, k, v, theta=0.5, alpha=0.1, q_offset=0):
     """
     _check_inputs(q, k, v, q_offset)
     if alpha < 0:
-        raise ValueError(f"tapa alpha must be >= 0 (|i − j|^alpha is infinite at i = j otherwise), got {alpha}")
+        raise InputError(f"tapa alpha must be >= 0 (|i − j|^alpha is infinite at i = j otherwise), got {alpha}")
     if INTERPRET and q.dtype == torch.bfloat16:  # as in bam_attention
         return tapa_attention(q.float(), k.float(), v.float(), theta, alpha, q_offset).bfloat16()
     with _device_of(q):

@@ -188,14 +188,15 @@ class CausalSelfAttention(nn.Module):
     def attend_triton(self, q, k, v, t0, ssmax_scale):
         """The fused kernels of kernels.py (CUDA, or CPU under TRITON_INTERPRET=1)."""
         import kernels  # imported here so the model runs where triton is not installed
+        from configurator import InputError  # a ValueError: one line in the scripts
         cfg = self.config
         if self.training and self.dropout > 0:
-            raise ValueError("attn_impl='triton' has no attention dropout; set dropout=0.0 or attn_impl='torch'")
+            raise InputError("attn_impl='triton' has no attention dropout; set dropout=0.0 or attn_impl='torch'")
         if cfg.pos == "bam":
             p = self.prior
             return kernels.bam_attention(q, k, v, p.log_scale, p.shape, p.loc, ssmax_scale, q_offset=t0)
         if ssmax_scale is not None or cfg.tapa_phase != "quadratic":
-            raise ValueError("the TAPA kernel implements quadratic phase without SSMax; use attn_impl='torch'")
+            raise InputError("the TAPA kernel implements quadratic phase without SSMax; use attn_impl='torch'")
         return kernels.tapa_attention(q, k, v, cfg.tapa_theta, cfg.tapa_alpha, q_offset=t0)
 
 
@@ -387,17 +388,23 @@ class GPT(nn.Module):
 def load_checkpoint(path, device="cpu"):
     """Load a checkpoint written by train.py: returns (model, checkpoint dict).
 
-    Reads with torch.load(weights_only=True); strips torch.compile's '_orig_mod.'
-    prefixes. Raises FileNotFoundError naming the training command if path is missing,
-    ValueError for a CUDA device this torch cannot see.
+    Reads with torch.load(weights_only=True) (checkpoint.read_checkpoint); strips torch.compile's
+    '_orig_mod.' prefixes. Raises MissingFileError naming the training command if path is missing,
+    InputError (one line, naming the fix) for an unreadable file, a device this torch cannot use,
+    or non-finite weights (a run that diverged).
     """
-    import os
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint at {path}; train one first, e.g. `python train.py --out_dir=...`")
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device={device} but this torch sees no CUDA GPU: use --device=cpu")
-    ckpt = torch.load(path, map_location=device, weights_only=True)
-    model = GPT(GPTConfig(**ckpt["model_args"]))
+    from checkpoint import read_checkpoint
+    from configurator import InputError, check_device
+    check_device(device)
+    ckpt = read_checkpoint(path, map_location=device)
+    try:
+        model = GPT(GPTConfig(**ckpt["model_args"]))
+    except ValueError as e:  # settings this version refuses
+        raise InputError(f"{path}: {e}") from None
     state = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
+    bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise InputError(f"{path} holds NaN or infinite weights ({bad[0]}, ...): its run diverged; use an earlier "
+                         f"checkpoint (e.g. {path}.prev) or train again with a lower learning_rate")
     model.load_state_dict(state)
     return model.to(device), ckpt

@@ -10,7 +10,8 @@ Long prompts are prefilled through the KV cache in chunks of --chunk tokens,
 so memory grows with chunk × T, never T²; teacher-forced scoring runs the
 --batch_size prompts of one length together (right-padded), so the positional
 mask is built once for all of them. Writes every result to --out (JSON,
-plus a CSV beside it) and an accuracy heatmap (length × depth) PNG.
+plus a CSV beside it) and an accuracy heatmap (length × depth) PNG; an earlier
+result is kept (the new one goes to passkey-2.json, ...) unless --overwrite.
 """
 import argparse
 import csv
@@ -23,7 +24,7 @@ from contextlib import nullcontext
 import torch
 from tqdm import tqdm
 
-from configurator import positive_int, run_script
+from configurator import output_path, positive_int, run_script
 from data.passkey import KEY_SENTENCE, passkey_depths, passkey_min_length, passkey_prompt, random_key
 from data.tokenizer import get_tokenizer
 from model import load_checkpoint
@@ -341,13 +342,19 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="autocast dtype on cuda (cpu runs float32)")
-    p.add_argument("--out", help="results JSON (default <ckpt dir>/passkey.json); CSV and PNG beside it")
+    p.add_argument("--out", help="results JSON (default <ckpt dir>/passkey.json); CSV and PNG beside it. An earlier "
+                   "result there is kept: this one goes to passkey-2.json, -3, ... (--overwrite replaces it)")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier result at --out")
     p.add_argument("--attention", action="store_true",
                    help="diagnostic instead of accuracy: attention mass of every head on the key, one prompt per "
                         "length and depth (table, and <ckpt dir>/key_attention.png)")
     args = p.parse_args(argv)
 
     ckpt_path = args.ckpt or os.path.join(args.out_dir, "ckpt.pt")
+    requested = args.out or os.path.join(os.path.dirname(ckpt_path), "passkey.json")
+    out = output_path(requested, (".csv", ".png"), args.overwrite)  # checked now, not after the evaluation
+    if out != requested:
+        print(f"{requested} holds an earlier result: writing {out} (--overwrite replaces it)")
     model, ckpt = load_checkpoint(ckpt_path, args.device)
     tokenizer = get_tokenizer(ckpt.get("tokenizer", "byte"))
     block_size = model.config.block_size
@@ -379,7 +386,7 @@ def main(argv=None):
     meta = dict(ckpt=ckpt_path, pos=cfg.pos, ssmax=cfg.ssmax, block_size=block_size, tokenizer=tokenizer.name,
                 iter_num=ckpt.get("iter_num"), mode=args.mode, seed=args.seed, n_digits=args.n_digits,
                 title=f"passkey accuracy (%), {name}, block_size {block_size}")
-    paths = write_results(results, args.out or os.path.join(os.path.dirname(ckpt_path), "passkey.json"), meta)
+    paths = write_results(results, out, meta)
     print("wrote " + ", ".join(paths))
 
 

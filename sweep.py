@@ -25,7 +25,7 @@ import time
 import numpy as np
 import torch
 
-from configurator import run_script
+from configurator import InputError, run_script
 import train
 from data.shakespeare import load_text, prepare
 from eval_ppl import evaluate_ppl
@@ -117,7 +117,8 @@ def evaluate_variant(pos, ssmax, setting, args):
     t0 = time.time()
     # (1) passkey: train on the synthetic set, evaluate at 1x..64x
     out = os.path.join(args.out_dir, f"passkey-{name}")
-    iters = [] if setting["passkey_iters"] is None else [f"--max_iters={setting['passkey_iters']}"]
+    iters = [] if setting["passkey_iters"] is None else [f"--max_iters={setting['passkey_iters']}",
+                                                         f"--lr_decay_iters={setting['passkey_iters']}"]
     model = train_variant(common + iters + [f"--learning_rate={lr}"], out)
     t_train = time.time() - t0
     block_size = model.config.block_size
@@ -136,7 +137,8 @@ def evaluate_variant(pos, ssmax, setting, args):
     data_dir = shakespeare_dir(os.path.join(args.out_dir if args.quick else os.path.join(ROOT, "data"),
                                             "shakespeare_byte"), args.input)
     model = train_variant(common + [f"--dataset={data_dir}", f"--max_iters={setting['shakespeare_iters']}",
-                                    "--eval_interval=100", f"--learning_rate={2 * lr}", "--block_size=256",
+                                    f"--lr_decay_iters={setting['shakespeare_iters']}", "--eval_interval=100",
+                                    f"--learning_rate={2 * lr}", "--block_size=256",
                                     "--batch_size=16", "--warmup_iters=30"],
                           os.path.join(args.out_dir, f"shakespeare-{name}"))
     val = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
@@ -166,7 +168,7 @@ def main():
     only = names if args.only is None else [n.strip() for n in args.only.split(",")]
     unknown = [n for n in only if n not in names]
     if unknown:
-        raise ValueError(f"unknown variant(s) {', '.join(unknown)} in --only; valid: {', '.join(names)}")
+        raise InputError(f"unknown variant(s) {', '.join(unknown)} in --only; valid: {', '.join(names)}")
     os.makedirs(docs, exist_ok=True)
     os.makedirs(args.out_dir, exist_ok=True)
     sweep_json = os.path.join(args.out_dir, "sweep.json")

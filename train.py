@@ -12,7 +12,9 @@ CPU cores, after which it retrieves the passkey at its training length). Example
 Every key below can be set in a config file or as --key=value; unknown keys and
 values of the wrong type are refused with the list of valid keys (`--help` lists
 them). `--init_from=resume` goes on with the run in --out_dir, with that run's
-settings: the command line changes only the keys it names (e.g. --max_iters).
+settings: the command line changes only the keys it names (e.g. --max_iters). The
+learning-rate schedule does not depend on max_iters, so a run stopped at 20 iterations
+and resumed to 40 equals a run of 40 (README, "Checkpoints and resuming").
 """
 
 import json
@@ -29,8 +31,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from configurator import get_config, run_script
-from model import GPT, GPTConfig
+from checkpoint import load_resume_checkpoint, prev_path, save_checkpoint
+from checks import NonFiniteError, build_model, check_data, check_settings, finite, nonfinite_message
+from configurator import InputError, NanoPEError, get_config, run_script
+from model import GPTConfig
 
 # -----------------------------------------------------------------------------
 # defaults: the CPU demo
@@ -75,13 +79,14 @@ weight_decay = 0.1
 beta1 = 0.9
 beta2 = 0.99
 grad_clip = 1.0
+max_bad_steps = 0  # > 0: skip a step with a non-finite loss or gradient, up to this many (checks every step); 0: stop
 decay_lr = True
 # learning-rate multipliers of the positional parameters (no weight decay on them; SPEC §1, §2)
 bam_shape_lr_mult = 1.0  # β of the BAM prior
 bam_scale_lr_mult = 1.0  # θ_scale = log c of the BAM prior
 ssmax_lr_mult = 1.0  # SSMax's s
 warmup_iters = 100
-lr_decay_iters = None  # default: max_iters
+lr_decay_iters = 2000  # the cosine reaches min_lr here, whatever max_iters is (a longer run stays at min_lr after)
 min_lr = None  # default: learning_rate / 10
 # system
 device = "auto"  # "auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:1", ...
@@ -113,11 +118,11 @@ def get_batch(data_dir, split, batch_size, block_size, meta, device, generator=N
 
     With meta["example_len"] (the synthetic passkey set) windows start at example
     boundaries, and targets that are padding (the tokenizer's EOT) are −1, ignored by the loss;
-    otherwise windows start anywhere. Raises ValueError if the split is shorter than block_size + 1.
+    otherwise windows start anywhere. Raises InputError if the split is shorter than block_size + 1.
     """
     data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
     if len(data) < block_size + 1:
-        raise ValueError(f"{split}.bin in {data_dir} has {len(data)} tokens, fewer than block_size + 1 = {block_size + 1}")
+        raise InputError(f"{split}.bin in {data_dir} has {len(data)} tokens, fewer than block_size + 1 = {block_size + 1}")
     if "example_len" in meta:
         n_examples = (len(data) - block_size - 1) // meta["example_len"] + 1
         ix = torch.randint(n_examples, (batch_size,), generator=generator) * meta["example_len"]
@@ -149,11 +154,12 @@ def prepare_data(dataset_name):
     return data_dir, read_meta(data_dir)
 
 
-def save_checkpoint(path, ckpt):
-    """torch.save to a temporary file, then an atomic rename: a crash never leaves a half-written ckpt."""
-    tmp = path + ".tmp"
-    torch.save(ckpt, tmp)
-    os.replace(tmp, path)
+def truncate_log(path, size):
+    """Cut log.txt back to `size` bytes, its size when the checkpoint a run resumes from was written: the
+    lines a killed run wrote after it go (the resumed run writes them again). size None: leave it."""
+    if size is not None and os.path.isfile(path) and os.path.getsize(path) > size:
+        with open(path, "r+b") as f:
+            f.truncate(size)
 
 
 def plot_history(history, path):
@@ -215,20 +221,15 @@ def plot_priors(prior_history, block_size, path):
 
 
 def train(cfg):
-    """Run training with the config dict cfg (as get_config returns). Returns the final eval losses."""
+    """Run training with the config dict cfg (as get_config returns). Returns the final eval losses.
+
+    Raises InputError / MissingFileError for a bad setting, dataset or checkpoint before anything is written
+    to out_dir; NonFiniteError if the loss, gradient or weights become NaN/inf (nothing non-finite is saved);
+    NanoPEError if a checkpoint cannot be written (a full disk). All are one line for run_script.
+    """
     cfg = dict(cfg)
     settings = dict(cfg)  # what checkpoints record: the settings as given, the model's own below
-    for key in ("batch_size", "gradient_accumulation_steps", "eval_interval", "eval_iters", "log_interval"):
-        # (model sizes are checked by GPTConfig)
-        if cfg[key] < 1:
-            raise ValueError(f"{key} must be >= 1, got {cfg[key]}")
-    if cfg["dtype"] not in ("auto", "float32", "bfloat16", "float16"):
-        raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {cfg['dtype']!r}")
-    if cfg["device"].startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device={cfg['device']} but this torch sees no CUDA GPU: use --device=cpu (or auto)")
-    if cfg["max_iters"] < 0 or not cfg["out_dir"]:
-        raise ValueError(f"need max_iters >= 0 and a non-empty out_dir, got max_iters={cfg['max_iters']}, "
-                         f"out_dir={cfg['out_dir']!r}")
+    check_settings(cfg)  # everything is checked (settings, data, checkpoint, model) before out_dir is written
     cfg["lr_decay_iters"] = cfg["lr_decay_iters"] or cfg["max_iters"]
     cfg["min_lr"] = cfg["learning_rate"] / 10 if cfg["min_lr"] is None else cfg["min_lr"]
     # DDP: launched by torchrun, which sets RANK, LOCAL_RANK and WORLD_SIZE
@@ -244,7 +245,7 @@ def train(cfg):
             dev = f"cuda:{local_rank}"
             torch.cuda.set_device(dev)
         if cfg["gradient_accumulation_steps"] % world != 0:
-            raise ValueError(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} must be a multiple "
+            raise InputError(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} must be a multiple "
                              f"of the number of processes ({world})")
         cfg["gradient_accumulation_steps"] //= world
     else:
@@ -255,9 +256,9 @@ def train(cfg):
     if dtype == "auto":
         dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
     if device_type == "cpu" and dtype != "float32":
-        raise ValueError(f"dtype={dtype} needs a CUDA device (on CPU nanoPE trains in float32): use --dtype=auto")
+        raise InputError(f"dtype={dtype} needs a CUDA device (on CPU nanoPE trains in float32): use --dtype=auto")
     if device_type == "cpu" and cfg["attn_impl"] == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError("attn_impl='triton' runs on CUDA (on CPU only under TRITON_INTERPRET=1, for testing): "
+        raise InputError("attn_impl='triton' runs on CUDA (on CPU only under TRITON_INTERPRET=1, for testing): "
                          "use --attn_impl=torch")
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     ctx = nullcontext() if device_type == "cpu" else torch.amp.autocast(device_type=device_type, dtype=ptdtype)
@@ -271,24 +272,24 @@ def train(cfg):
     if ddp:  # rank 0 may have just made the data: everyone reads it after
         torch.distributed.barrier()
         data_dir, meta = prepare_data(cfg["dataset"])
-
+    check_data(data_dir, meta, cfg["block_size"])
     if "example_len" in meta and cfg["block_size"] != meta["example_len"] - 1:
         # windows start at example boundaries: a longer one would not exist, a shorter one would cut off the
         # key and the answer, which come last
-        raise ValueError(f"{data_dir} holds examples of {meta['example_len'] - 1} tokens (+1 for the targets), not "
+        raise InputError(f"{data_dir} holds examples of {meta['example_len'] - 1} tokens (+1 for the targets), not "
                          f"block_size={cfg['block_size']}: use --block_size={meta['example_len'] - 1} or a "
                          f"passkey set of that length (--dataset=passkey_{meta['tokenizer']}_{cfg['block_size']}, "
                          f"made on the fly)")
 
-    # model: from scratch or resumed from out_dir/ckpt.pt
+    # model: from scratch or resumed from out_dir/ckpt.pt (or the earlier ckpt.pt.prev if that cannot be read)
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-    ckpt = None
+    ckpt, keep_previous, last_saved = None, False, None
     if cfg["init_from"] == "resume":
-        if not os.path.isfile(ckpt_path):
-            raise FileNotFoundError(f"init_from=resume but no checkpoint at {ckpt_path}")
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        resumed_from, ckpt, note = load_resume_checkpoint(cfg["out_dir"])
+        if note and master:
+            print(note)
         if ckpt["tokenizer"] != meta["tokenizer"]:
-            raise ValueError(f"the checkpoint was trained with the {ckpt['tokenizer']!r} tokenizer but dataset "
+            raise InputError(f"the checkpoint was trained with the {ckpt['tokenizer']!r} tokenizer but dataset "
                              f"{cfg['dataset']!r} uses {meta['tokenizer']!r}: pick a dataset in the checkpoint's tokenizer")
         model_args = ckpt["model_args"]
         ignored = [f"{k}={cfg[k]!r} (checkpoint: {v!r})" for k, v in model_args.items()
@@ -298,25 +299,27 @@ def train(cfg):
         cfg.update({k: v for k, v in model_args.items() if k in cfg})
         if ckpt["iter_num"] >= cfg["max_iters"] and not cfg["eval_only"]:
             if master:
-                print(f"{ckpt_path} is at iteration {ckpt['iter_num']}, max_iters={cfg['max_iters']}: nothing to "
+                print(f"{resumed_from} is at iteration {ckpt['iter_num']}, max_iters={cfg['max_iters']}: nothing to "
                       f"train (raise --max_iters to go on)")
             _, train_loss, val_loss = ckpt["history"][-1]
             return {"train": train_loss, "val": val_loss}
-    elif cfg["init_from"] == "scratch":
-        if os.path.isfile(ckpt_path) and master:  # nothing is lost: the earlier run's checkpoint is kept aside
-            os.replace(ckpt_path, ckpt_path + ".prev")
-            print(f"{cfg['out_dir']} held another run: its checkpoint is now {ckpt_path}.prev (to go on with a run "
-                  f"use --init_from=resume; for a new one, a new --out_dir)")
+    else:  # scratch: an earlier run's ckpt.pt becomes ckpt.pt.prev at this run's first save, never overwritten
+        keep_previous = os.path.isfile(ckpt_path) and cfg["max_iters"] > 0 and not cfg["eval_only"]
         vocab = meta["vocab_size"] if cfg["vocab_size"] is None else cfg["vocab_size"]
         if cfg["vocab_size"] is None and meta["vocab_size"] > 1000:
             vocab = (vocab + 63) // 64 * 64  # pad GPT-2's 50257 to 50304 for faster matmuls
         if vocab < meta["vocab_size"]:
-            raise ValueError(f"vocab_size={vocab} is smaller than the dataset's tokenizer ({meta['vocab_size']})")
+            raise InputError(f"vocab_size={vocab} is smaller than the dataset's tokenizer ({meta['vocab_size']})")
         model_args = {k: cfg[k] for k in MODEL_KEYS if k in cfg}
         model_args["vocab_size"] = vocab
-    else:
-        raise ValueError(f"init_from must be 'scratch' or 'resume', got {cfg['init_from']!r}")
-    model = GPT(GPTConfig(**model_args))
+    model = build_model(model_args)
+    if keep_previous and os.path.exists(prev_path(ckpt_path)):
+        raise InputError(f"{cfg['out_dir']} holds a run (ckpt.pt) and an earlier one (ckpt.pt.prev): a new run there "
+                         f"would replace one. Go on with it (--init_from=resume), use a new --out_dir, or delete "
+                         f"{prev_path(ckpt_path)}")
+    if keep_previous and master:
+        print(f"{cfg['out_dir']} holds another run: its ckpt.pt becomes ckpt.pt.prev when this run saves its first "
+              f"checkpoint (to go on with that run use --init_from=resume; for a new one, a new --out_dir)")
     settings.update({k: v for k, v in model_args.items() if k in settings})
     if ckpt is not None:
         model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()})
@@ -344,9 +347,12 @@ def train(cfg):
             if master:
                 print(f"resume: the checkpoint was written by {len(rng_states)} process(es), this run has {world}: "
                       f"new random streams (batches differ from an uninterrupted run)")
+        last_saved = (resumed_from, iter_num)
+        # log.txt back to where this checkpoint was written (not for eval_only, or from ckpt.pt.prev: kept whole)
+        log_size = ckpt.get("log_size") if resumed_from == ckpt_path and not cfg["eval_only"] else None
         ckpt = None  # free memory
         if master:
-            print(f"resuming {ckpt_path} at iteration {iter_num} of {cfg['max_iters']}")
+            print(f"resuming {resumed_from} at iteration {iter_num} of {cfg['max_iters']}")
     scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
     raw_model = model
     if cfg["compile"]:
@@ -355,8 +361,18 @@ def train(cfg):
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None)
 
-    os.makedirs(cfg["out_dir"], exist_ok=True)
+    if cfg["wandb_log"] and master:
+        try:
+            import wandb
+        except ImportError:
+            raise InputError("wandb_log=True needs wandb (not in requirements.txt): pip install wandb") from None
+        wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"] or
+                   f"{cfg['pos']}{'+ssmax' if cfg['ssmax'] else ''}", config=cfg)
+
+    os.makedirs(cfg["out_dir"], exist_ok=True)  # the first write to out_dir
     log_file = os.path.join(cfg["out_dir"], "log.txt")
+    if cfg["init_from"] == "resume" and master:
+        truncate_log(log_file, log_size)
 
     def log(msg):
         if master:
@@ -384,20 +400,16 @@ def train(cfg):
     n_params = raw_model.get_num_params()
     log(f"nanoPE: pos={cfg['pos']} ssmax={cfg['ssmax']} | {n_params / 1e6:.2f}M parameters | device {dev} ({dtype}) "
         f"| {world} process(es) | {tokens_per_iter:,} tokens per iteration | data {data_dir} ({meta['tokenizer']})")
-    if cfg["wandb_log"] and master:
-        try:
-            import wandb
-        except ImportError:
-            raise ValueError("wandb_log=True needs wandb (not in requirements.txt): pip install wandb") from None
-        wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"] or
-                   f"{cfg['pos']}{'+ssmax' if cfg['ssmax'] else ''}", config=cfg)
+    if cfg["decay_lr"] and cfg["max_iters"] > cfg["lr_decay_iters"]:
+        log(f"note: the learning rate reaches min_lr at lr_decay_iters={cfg['lr_decay_iters']} and stays there to "
+            f"max_iters={cfg['max_iters']} (--lr_decay_iters={cfg['max_iters']} stretches the cosine)")
 
     def checkpoint(rng_states):
         """The run's state; rng_states: one (cpu, cuda) random state per process, in rank order."""
         return {"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": model_args,
                 "iter_num": iter_num, "best_val_loss": best_val_loss, "config": settings, "history": history,
-                "prior_history": prior_history,
-                "tokenizer": meta["tokenizer"], "rng_states": rng_states}
+                "prior_history": prior_history, "tokenizer": meta["tokenizer"], "rng_states": rng_states,
+                "log_size": os.path.getsize(log_file) if os.path.isfile(log_file) else 0}
 
     def all_rng_states():
         """(cpu, cuda) random state of every process, in rank order (a collective under DDP)."""
@@ -423,6 +435,28 @@ def train(cfg):
         tqdm.write("Ctrl-C: checkpointing at the end of this iteration (Ctrl-C again to stop at once)")
     catch_ctrl_c = not ddp and threading.current_thread() is threading.main_thread()
     previous_handler = signal.signal(signal.SIGINT, on_ctrl_c) if catch_ctrl_c else None
+
+    def fail(error):
+        """Stop the run with `error` (a NanoPEError), Ctrl-C handled as before train()."""
+        bar.close()
+        if catch_ctrl_c:
+            signal.signal(signal.SIGINT, previous_handler)
+        raise error
+
+    def save(rng_states):
+        """Write the checkpoint of iteration iter_num (rank 0); never one with non-finite weights."""
+        nonlocal keep_previous, last_saved
+        if not all(torch.isfinite(p).all() for p in raw_model.parameters()):
+            fail(NonFiniteError(nonfinite_message("non-finite weights", iter_num, cfg, dtype, last_saved)))
+        try:
+            save_checkpoint(ckpt_path, checkpoint(rng_states), keep_previous)
+        except NanoPEError as e:  # the disk is full, or another write error: one line
+            fail(e)
+        if keep_previous:
+            log(f"the earlier run's checkpoint is now {prev_path(ckpt_path)}")
+        keep_previous, last_saved = False, (ckpt_path, iter_num)
+
+    bad_steps = 0  # steps skipped for a non-finite loss or gradient (max_bad_steps > 0)
     while True:
         # evaluate and checkpoint (not at the iteration a resumed run starts from: it did that already)
         if iter_num % cfg["eval_interval"] == 0 and (iter_num != start_iter or iter_num == 0) or \
@@ -430,6 +464,9 @@ def train(cfg):
             t_eval = time.time()
             if master:
                 losses = estimate_loss()
+                if not finite(losses["train"], losses["val"]):  # stop before it is logged or saved
+                    fail(NonFiniteError(nonfinite_message(f"non-finite evaluation loss (train {losses['train']}, "
+                                                          f"val {losses['val']})", iter_num, cfg, dtype, last_saved)))
                 history.append([iter_num, losses["train"], losses["val"]])
                 log(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
                 if cfg["wandb_log"]:
@@ -448,7 +485,7 @@ def train(cfg):
             rng_states = all_rng_states()  # after rank 0's evaluation, which draws batches too
             if master and iter_num > 0 and not cfg["eval_only"] and (
                     cfg["always_save_checkpoint"] or losses["val"] <= best_val_loss):
-                save_checkpoint(ckpt_path, checkpoint(rng_states))
+                save(rng_states)
             t_last += time.time() - t_eval  # tok_s counts training time only
             if ddp:
                 torch.distributed.barrier()
@@ -458,7 +495,7 @@ def train(cfg):
             if iter_num == start_iter:  # no step taken: out_dir already holds this state, or nothing to keep
                 log(f"interrupted at iteration {iter_num}, before any step of this run: nothing to save")
             elif cfg["always_save_checkpoint"]:
-                save_checkpoint(ckpt_path, checkpoint(all_rng_states()))
+                save(all_rng_states())
                 log(f"interrupted: saved {ckpt_path} at iteration {iter_num}; resume with --init_from=resume")
             else:  # ckpt.pt holds the model of the best validation loss: keep it
                 log(f"interrupted at iteration {iter_num}; not saved (always_save_checkpoint=False keeps "
@@ -478,10 +515,20 @@ def train(cfg):
                 _, loss = model(X, Y)
                 loss = loss / cfg["gradient_accumulation_steps"]
             scaler.scale(loss).backward()
-        if cfg["grad_clip"] > 0:
+        grad_norm = None
+        if cfg["grad_clip"] > 0 or cfg["max_bad_steps"]:
             scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-        scaler.step(optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"] or math.inf)
+            grad_norm = None if scaler.is_enabled() else grad_norm  # float16: GradScaler skips overflowing steps
+        if cfg["max_bad_steps"] and not finite(loss, grad_norm):  # the guard: a sync every step
+            bad_steps += 1
+            log(f"iteration {iter_num + 1}: non-finite loss or gradient, step skipped ({bad_steps} of "
+                f"max_bad_steps={cfg['max_bad_steps']})")
+            if bad_steps > cfg["max_bad_steps"]:
+                fail(NonFiniteError(nonfinite_message(f"more than max_bad_steps={cfg['max_bad_steps']} non-finite "
+                                                      f"steps", iter_num + 1, cfg, dtype, last_saved)))
+        else:
+            scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
         iter_num += 1
@@ -490,6 +537,10 @@ def train(cfg):
             dt = time.time() - t_last
             t_last = time.time()
             lossf = loss.item() * cfg["gradient_accumulation_steps"]
+            if not cfg["max_bad_steps"] and not finite(lossf, grad_norm):  # every log step (the guard: every step)
+                fail(NonFiniteError(nonfinite_message(f"non-finite training loss ({lossf}, gradient norm "
+                                                      f"{None if grad_norm is None else float(grad_norm)})",
+                                                      iter_num, cfg, dtype, last_saved)))
             tok_s = tokens_per_iter * cfg["log_interval"] / dt
             bar.set_postfix(loss=f"{lossf:.4f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
     bar.close()
@@ -501,6 +552,26 @@ def train(cfg):
     return losses
 
 
+def resume_config(argv, defaults, out_dir):
+    """The config of --init_from=resume: the settings saved in out_dir/ckpt.pt (or ckpt.pt.prev), then
+    what argv names. So the learning-rate schedule is the saved run's unless argv names one of its keys.
+
+    A run saved before lr_decay_iters had a fixed default (lr_decay_iters=None) keeps its max_iters as it.
+    """
+    path, ckpt, _ = load_resume_checkpoint(out_dir, mmap=True)
+    saved = {k: v for k, v in ckpt.get("config", {}).items() if k in defaults}
+    if "lr_decay_iters" in saved and saved["lr_decay_iters"] is None:
+        saved["lr_decay_iters"] = saved.get("max_iters")
+    cfg = get_config(argv, dict(defaults, **saved))
+    print(f"resume: the settings of {path}, with {' '.join(argv)}")
+    changed = [f"{k}={saved[k]} -> {cfg[k]}" for k in ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters",
+                                                       "decay_lr") if k in saved and cfg[k] != saved[k]]
+    if changed:
+        print(f"resume: the learning-rate schedule changes from iteration {ckpt.get('iter_num')} on: "
+              f"{', '.join(changed)}")
+    return cfg
+
+
 def main():
     argv = sys.argv[1:]
     defaults = {k: globals()[k] for k in CONFIG_KEYS}
@@ -509,15 +580,11 @@ def main():
         print("\n".join(f"  --{k}={v}" for k, v in defaults.items()))
         return
     cfg = get_config(argv, defaults)
-    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-    if cfg["init_from"] == "resume" and os.path.isfile(ckpt_path):
-        # the run goes on with its own settings; this command line changes only what it names
-        saved = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)["config"]
-        cfg = get_config(argv, dict(defaults, **{k: v for k, v in saved.items() if k in defaults}))
-        print(f"resume: the settings of {ckpt_path}, with {' '.join(argv)}")
+    if cfg["init_from"] == "resume":  # the run goes on with its own settings, changed only where argv says
+        cfg = resume_config(argv, defaults, cfg["out_dir"])
     print(json.dumps(cfg))
     train(cfg)  # Ctrl-C: train() says what it saved, run_script exits with status 130
 
 
 if __name__ == "__main__":
-    run_script(main)  # nanoPE's own errors (bad config, missing data) as one line, no traceback
+    run_script(main)  # nanoPE's own errors (bad config, missing data, a diverged run) as one line, no traceback

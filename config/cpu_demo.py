@@ -22,3 +22,4 @@ ssmax = True
 ssmax_init = 0.17
 learning_rate = 1e-3
 max_iters = 2000
+lr_decay_iters = 2000  # the cosine's end; a longer --max_iters stays at min_lr after it

@@ -16,4 +16,5 @@ pos = "rope"
 ssmax = False
 learning_rate = 2e-3
 max_iters = 2000
+lr_decay_iters = 2000  # the cosine's end; a longer --max_iters stays at min_lr after it
 warmup_iters = 100

@@ -18,4 +18,5 @@ pos = "rope"
 ssmax = False
 learning_rate = 1e-3
 max_iters = 1000
+lr_decay_iters = 1000  # the cosine's end; a longer --max_iters stays at min_lr after it
 warmup_iters = 100

@@ -26,7 +26,7 @@ import shutil
 import numpy as np
 from tqdm import tqdm
 
-from configurator import positive_int, run_script
+from configurator import InputError, MissingFileError, positive_int, run_script
 from data.tokenizer import get_tokenizer, write_meta, write_split
 
 REPOS = {"fineweb": "HuggingFaceFW/fineweb", "edu": "HuggingFaceFW/fineweb-edu"}
@@ -70,14 +70,27 @@ def iter_texts(files, skip=0, opener=open):
                     skip = 0
         elif str(path).endswith((".jsonl", ".json")):
             with opener(path, "rb") as fh:
-                for line in fh:
+                for n, line in enumerate(fh, 1):
                     if line.strip():
                         if skip:
                             skip -= 1
                         else:
-                            yield json.loads(line)["text"]
+                            yield jsonl_text(line, path, n)
         else:
-            raise ValueError(f"{path}: expected a .parquet or .jsonl file")
+            raise InputError(f"{path}: expected a .parquet or .jsonl file")
+
+
+def jsonl_text(line, path, n):
+    """The "text" of line n of the jsonl file `path`; InputError naming the file and line if it has none."""
+    try:
+        text = json.loads(line)["text"]
+    except (ValueError, KeyError, TypeError) as e:  # not JSON, no "text", not an object
+        reason = "no \"text\" field" if isinstance(e, KeyError) else f"not a JSON object ({type(e).__name__})"
+        raise InputError(f"{path} line {n}: {reason}; every line must be a JSON object with a \"text\" "
+                         "string") from None
+    if not isinstance(text, str):
+        raise InputError(f"{path} line {n}: \"text\" is a {type(text).__name__}, not a string")
+    return text
 
 
 _TOK = None
@@ -127,8 +140,8 @@ def _tokenize_to_shards(st, texts, out_dir, shard_size, max_tokens, num_proc, ch
     shard, doc, offset, total = st["shards"], st["docs"], st["offset"], st["tokens"]
     buf, fill = np.empty(shard_size, dtype=np.uint16), 0
     get_tokenizer("gpt2")  # fail here, with its message: a worker whose initializer fails is restarted forever
-    with mp.Pool(num_proc, initializer=_init_worker) as pool:
-        bar = tqdm(total=max_tokens, initial=total, unit="tok", unit_scale=True, desc="tokenizing")
+    with mp.Pool(num_proc, initializer=_init_worker) as pool, \
+            tqdm(total=max_tokens, initial=total, unit="tok", unit_scale=True, desc="tokenizing") as bar:
         for ids in pool.imap(tokenize_doc, texts, chunksize=chunksize):
             pos, offset = offset, 0  # a resumed document restarts at the saved offset
             while pos < len(ids) and total < limit:
@@ -144,7 +157,6 @@ def _tokenize_to_shards(st, texts, out_dir, shard_size, max_tokens, num_proc, ch
             if total >= limit:
                 break
             doc += 1
-        bar.close()
     if fill:  # the last, partial shard
         write_split(out_dir, shard_name(shard), buf[:fill])
         shard += 1
@@ -168,17 +180,21 @@ def prepare(out_dir, data_files=None, dataset="fineweb", name="sample-10BT", sha
 
     data_files: list of local .parquet / .jsonl paths with a "text" column (then dataset /
     name are ignored), else the hub config `name` of REPOS[dataset]. Stops after
-    max_tokens tokens (None: all). Raises FileNotFoundError for a missing data file, ValueError
-    if shard_size < 1, if max_tokens <= shard_size or if the data is smaller than one shard (there
-    would be no train tokens).
+    max_tokens tokens (None: all). Raises MissingFileError for a missing data file, InputError
+    for a file that is not .parquet/.jsonl (or a jsonl line without "text"), if shard_size < 1,
+    if max_tokens <= shard_size or if the data is smaller than one shard (there would be no
+    train tokens).
     """
     missing = [f for f in data_files or [] if not os.path.isfile(f)]
     if missing:
-        raise FileNotFoundError(f"data file(s) not found: {', '.join(missing)} (--data_files takes .parquet/.jsonl paths)")
+        raise MissingFileError(f"data file(s) not found: {', '.join(missing)} (--data_files takes .parquet/.jsonl paths)")
+    other = [f for f in data_files or [] if not f.endswith((".parquet", ".jsonl", ".json"))]
+    if other:
+        raise InputError(f"--data_files takes .parquet or .jsonl files (a \"text\" column), not {', '.join(other)}")
     if shard_size < 1:
-        raise ValueError(f"shard_size must be >= 1 token, got {shard_size}")
+        raise InputError(f"shard_size must be >= 1 token, got {shard_size}")
     if max_tokens is not None and max_tokens <= shard_size:
-        raise ValueError(f"max_tokens ({max_tokens}) must exceed shard_size ({shard_size}): shard 0 is val")
+        raise InputError(f"max_tokens ({max_tokens}) must exceed shard_size ({shard_size}): shard 0 is val")
     if data_files:
         source = [os.path.abspath(f) for f in data_files]
         cmd = "python data/fineweb.py --data_files " + " ".join(source)
@@ -200,7 +216,7 @@ def prepare(out_dir, data_files=None, dataset="fineweb", name="sample-10BT", sha
         _tokenize_to_shards(st, texts, out_dir, shard_size, max_tokens, num_proc or os.cpu_count(), chunksize)
     n = st["complete"]["shards"]
     if n < 2:
-        raise ValueError(f"only {st['complete']['tokens']:,} tokens, less than one shard: lower --shard_size")
+        raise InputError(f"only {st['complete']['tokens']:,} tokens, less than one shard: lower --shard_size")
     for f in os.listdir(out_dir):  # shards left over from an earlier, longer run
         if f.startswith("train_") and f.endswith(".bin") and int(f[6:-4]) >= n - 1:
             os.remove(os.path.join(out_dir, f))

@@ -18,7 +18,7 @@ import random
 import numpy as np
 from tqdm import tqdm
 
-from configurator import positive_int, run_script
+from configurator import InputError, positive_int, run_script
 from data.tokenizer import get_tokenizer, write_meta, write_split
 
 INTRO = ("There is an important info hidden inside a lot of irrelevant text. "
@@ -80,12 +80,12 @@ def passkey_prompt(tokenizer, length, depth, key):
     """
     tok = _tok(tokenizer)
     if not 0.0 <= depth <= 1.0:
-        raise ValueError(f"depth must be in [0, 1], got {depth}")
+        raise InputError(f"depth must be in [0, 1], got {depth}")
     key = int(key)
     n_digits = len(str(key))
     min_len = passkey_min_length(tok, n_digits)
     if length < min_len:
-        raise ValueError(f"length {length} is below the minimum passkey length {min_len} "
+        raise InputError(f"length {length} is below the minimum passkey length {min_len} "
                          f"({tok.name} tokenizer, {n_digits}-digit key)")
     p = _pieces(tok)
     key_ids, answer = tok.encode(" " + KEY_SENTENCE.format(K=key)), tok.encode(f" {key}")
@@ -105,7 +105,7 @@ def passkey_prompt(tokenizer, length, depth, key):
 def passkey_depths(n):
     """n equidistant depths from 0 (start of the filler) to 1 (end); n=1 gives [0.5] (the middle)."""
     if n < 1:
-        raise ValueError(f"need n >= 1 depths, got {n}")
+        raise InputError(f"need n >= 1 depths, got {n}")
     return [0.5] if n == 1 else [i / (n - 1) for i in range(n)]
 
 

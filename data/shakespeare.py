@@ -10,7 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import argparse
 import urllib.request
 
-from configurator import run_script
+from configurator import MissingFileError, run_script
 from data.tokenizer import get_tokenizer, write_meta, write_split
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -54,7 +54,7 @@ def load_text(path=None, cache=None):
                 f.write(text)
         return text
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"--input {path} not found (a tinyshakespeare text; without --input it is downloaded)")
+        raise MissingFileError(f"--input {path} not found (a tinyshakespeare text; without --input it is downloaded)")
     with open(path, encoding="utf-8") as f:
         return f.read()
 

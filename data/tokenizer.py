@@ -9,6 +9,8 @@ import os
 
 import numpy as np
 
+from configurator import InputError, MissingFileError
+
 VOCAB_SIZES = {"byte": 257, "gpt2": 50257}
 PREPARE_COMMANDS = [
     "python data/shakespeare.py --tokenizer byte",
@@ -43,7 +45,7 @@ class GPT2Tokenizer:
         try:
             self.enc = tiktoken.get_encoding("r50k_base")
         except Exception as e:  # tiktoken downloads the BPE files on first use
-            raise ValueError(f"could not load the GPT-2 BPE (tiktoken r50k_base): {type(e).__name__}. It is downloaded "
+            raise InputError(f"could not load the GPT-2 BPE (tiktoken r50k_base): {type(e).__name__}. It is downloaded "
                              f"on first use; offline, set TIKTOKEN_CACHE_DIR to a folder holding its cache") from e
 
     def encode(self, text):
@@ -60,21 +62,21 @@ TOKENIZERS = {"byte": ByteTokenizer, "gpt2": GPT2Tokenizer}  # classes: .eot and
 
 
 def get_tokenizer(name):
-    """Return the tokenizer called `name` ("byte" or "gpt2"); ValueError otherwise."""
+    """Return the tokenizer called `name` ("byte" or "gpt2"); InputError (a ValueError) otherwise."""
     if name not in TOKENIZERS:
-        raise ValueError(f"unknown tokenizer {name!r}; valid names: {sorted(TOKENIZERS)}")
+        raise InputError(f"unknown tokenizer {name!r}; valid names: {sorted(TOKENIZERS)}")
     return TOKENIZERS[name]()
 
 
 def write_split(out_dir, split, ids):
     """Write ids (sequence of ints or int array) to out_dir/<split>.bin as flat uint16.
 
-    Atomic: writes a temporary file, then os.replace. Raises ValueError if an id is
+    Atomic: writes a temporary file, then os.replace. Raises InputError if an id is
     outside 0..65535. Returns the path written.
     """
     arr = np.asarray(ids)
     if arr.size and (arr.min() < 0 or arr.max() >= 2**16):
-        raise ValueError(f"ids must be in [0, 65536) to fit uint16, got range [{arr.min()}, {arr.max()}]")
+        raise InputError(f"ids must be in [0, 65536) to fit uint16, got range [{arr.min()}, {arr.max()}]")
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"{split}.bin")
     tmp = path + ".tmp"
@@ -108,16 +110,24 @@ def data_dir_of(dataset):
 def read_meta(data_dir):
     """Return the meta.json dict of data_dir.
 
-    Raises FileNotFoundError, naming the command that makes the data, if meta.json
-    or train.bin is missing.
+    Raises MissingFileError (a FileNotFoundError), naming the command that makes the data,
+    if meta.json or train.bin is missing; InputError if meta.json is not a JSON object with a
+    known "tokenizer" and an int "vocab_size".
     """
     path = os.path.join(data_dir, "meta.json")
     if not os.path.isfile(path):
         cmds = "\n  ".join(PREPARE_COMMANDS)
-        raise FileNotFoundError(f"no {path}: prepare the data first (from the repo root), e.g.\n  {cmds}")
+        raise MissingFileError(f"no {path}: prepare the data first (from the repo root), e.g.\n  {cmds}")
     with open(path) as f:
-        meta = json.load(f)
+        try:
+            meta = json.load(f)
+        except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
+            meta = f"not valid JSON ({e})"
+    if not isinstance(meta, dict) or meta.get("tokenizer") not in VOCAB_SIZES or \
+            not isinstance(meta.get("vocab_size"), int):
+        problem = meta if isinstance(meta, str) else 'not {"tokenizer": "byte" or "gpt2", "vocab_size": int, ...}'
+        raise InputError(f"{path} is {problem}: prepare the data again, e.g. {' or '.join(PREPARE_COMMANDS[:2])}")
     if not os.path.isfile(os.path.join(data_dir, "train.bin")):
         hint = meta.get("prepare", " or ".join(PREPARE_COMMANDS))
-        raise FileNotFoundError(f"no train.bin in {data_dir}: prepare the data first with: {hint}")
+        raise MissingFileError(f"no train.bin in {data_dir}: prepare the data first with: {hint}")
     return meta

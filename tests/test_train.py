@@ -85,18 +85,22 @@ def test_cli_reports_errors_cleanly(script, args, message):
 
 
 def test_run_script_keeps_library_tracebacks():
-    """configurator.run_script turns a ValueError raised in this repository into a one-line exit, and lets one raised
-    in a file elsewhere (a library) propagate with its traceback."""
-    from configurator import run_script
-    ns = {}
-    exec(compile("def main():\n    raise ValueError('raised in a library')\n", "/elsewhere/lib.py", "exec"), ns)
-    with pytest.raises(ValueError, match="raised in a library"):
-        run_script(ns["main"])
+    """configurator.run_script decides by type: nanoPE's own errors (NanoPEError, InputError, MissingFileError) end
+    the script with one line; any other exception, a plain ValueError included (a library's), keeps its traceback,
+    wherever it was raised (also here, in the repository)."""
+    from configurator import InputError, MissingFileError, NanoPEError, run_script
 
-    def main():  # this file is in the repository
-        raise ValueError("bad setting: use --x=1")
-    with pytest.raises(SystemExit, match="bad setting: use --x=1"):
-        run_script(main)
+    def library():
+        raise ValueError("raised in a library")
+    with pytest.raises(ValueError, match="raised in a library"):
+        run_script(library)
+
+    for error in (InputError, MissingFileError, NanoPEError):
+        def main():
+            raise error("bad setting: use --x=1")
+        with pytest.raises(SystemExit, match="bad setting: use --x=1"):
+            run_script(main)
+    assert issubclass(InputError, ValueError) and issubclass(MissingFileError, FileNotFoundError)
 
     def interrupted():
         raise KeyboardInterrupt

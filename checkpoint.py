@@ -1,0 +1,121 @@
+"""
+Checkpoint files of train.py: read with one-line errors, resume with a fallback to the
+earlier checkpoint kept beside ckpt.pt, written atomically with one-line disk errors.
+
+out_dir/ckpt.pt is the run's checkpoint. A new run (init_from=scratch) in an out_dir that
+holds one moves it to ckpt.pt.prev when it writes its own first checkpoint; train.py refuses
+to start such a run while ckpt.pt.prev is taken too, so no run overwrites another's checkpoint.
+"""
+import os
+import shutil
+
+import torch
+
+from configurator import InputError, MissingFileError, NanoPEError
+
+PREV = ".prev"  # suffix of the earlier checkpoint kept beside ckpt.pt
+
+
+def prev_path(path):
+    """Where the checkpoint at `path` keeps the earlier one: path + ".prev"."""
+    return path + PREV
+
+
+def _read(path, map_location, mmap):
+    """torch.load(path, weights_only=True) of a train.py checkpoint; NanoPEError naming the problem (no fix)."""
+    if not os.path.isfile(path):
+        raise MissingFileError(f"no checkpoint at {path}")
+    size = os.path.getsize(path)
+    if size == 0:
+        raise InputError(f"{path} is empty (0 bytes: an interrupted copy or a full disk?)")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except Exception as e:  # EOFError, KeyError, RuntimeError (zip), UnpicklingError ... for a bad file
+        reason = (str(e).splitlines() or [""])[0][:90]
+        raise InputError(f"{path} ({size:,} bytes) is truncated, damaged or not a PyTorch checkpoint "
+                         f"({type(e).__name__}: {reason})") from None
+    if not isinstance(ckpt, dict) or not {"model", "model_args"} <= ckpt.keys():
+        raise InputError(f"{path} is not a checkpoint written by train.py (no model and model_args in it)")
+    return ckpt
+
+
+def read_checkpoint(path, map_location="cpu", mmap=False):
+    """The dict train.py saved at `path` (torch.load with weights_only=True; mmap=True reads lazily).
+
+    Raises MissingFileError if there is no file, InputError if it is empty, truncated, damaged
+    or not a train.py checkpoint; the one-line message names the fix (path.prev if it exists).
+    """
+    try:
+        return _read(path, map_location, mmap)
+    except NanoPEError as e:
+        prev = path + PREV
+        if os.path.isfile(prev):
+            fix = f"the earlier checkpoint {prev} is kept beside it (--ckpt={prev})"
+        elif isinstance(e, MissingFileError):
+            fix = "train one first, e.g. `python train.py --out_dir=...`"
+        else:
+            fix = "restore it from a copy, or train again"
+        raise type(e)(f"{e}; {fix}") from None
+
+
+def load_resume_checkpoint(out_dir, mmap=False):
+    """The checkpoint a resumed run goes on from: (path, checkpoint dict, note).
+
+    out_dir/ckpt.pt; if it is missing or unreadable, the earlier out_dir/ckpt.pt.prev, with a
+    note (one line) that says so (else note is None). Raises MissingFileError or InputError,
+    naming both files, if neither can be read.
+    """
+    path = os.path.join(out_dir, "ckpt.pt")
+    prev = path + PREV
+    try:
+        return path, _read(path, "cpu", mmap), None
+    except NanoPEError as e:
+        problem = e
+    if not os.path.isfile(prev):
+        raise type(problem)(f"init_from=resume but {problem} (nor {prev}): train a run there first "
+                            f"(--init_from=scratch)") from None
+    try:
+        ckpt = _read(prev, "cpu", mmap)
+    except NanoPEError as e:
+        raise InputError(f"init_from=resume but neither checkpoint can be read: {problem}; {e}. Start a new run "
+                         f"(--init_from=scratch)") from None
+    return prev, ckpt, (f"resume: {problem}; going on from {prev}, the earlier checkpoint kept beside it "
+                        f"(iteration {ckpt.get('iter_num')})")
+
+
+def _nbytes(obj):
+    """Bytes of the tensors in obj (nested dicts, lists and tuples)."""
+    if torch.is_tensor(obj):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
+    return 0
+
+
+def _size(n):
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def save_checkpoint(path, ckpt, keep_previous=False):
+    """Write ckpt to path atomically: torch.save to path.tmp, then a rename, so a crash never
+    leaves a half-written checkpoint. keep_previous: an existing path becomes path.prev.
+
+    Raises NanoPEError (one line naming the path, the space it needs and the space free) if
+    the write fails, e.g. on a full disk; the .tmp file is removed and path is as it was.
+    """
+    tmp = path + ".tmp"
+    try:
+        torch.save(ckpt, tmp)
+    except (OSError, RuntimeError) as e:  # torch's zip writer reports a full disk as a RuntimeError
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else (str(e).splitlines() or [""])[0][:90]
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+        raise NanoPEError(f"could not write {path} ({reason}): a checkpoint needs about {_size(_nbytes(ckpt))}, "
+                          f"{_size(free)} are free there; free some space and go on with --init_from=resume "
+                          f"({os.path.basename(path)} is as it was, the partial .tmp removed)") from None
+    if keep_previous and os.path.isfile(path):
+        os.replace(path, path + PREV)
+    os.replace(tmp, path)

@@ -1,0 +1,88 @@
+"""
+What train.py checks before it writes anything to out_dir (the settings, the device, the
+data, the model), and while it trains (a NaN or infinite loss, gradient or weight).
+Every failure is one line that names the fix (configurator.run_script prints it).
+"""
+import math
+import os
+
+import torch
+
+from configurator import InputError, MissingFileError, NanoPEError, check_device, check_folder_writable
+from model import GPT, GPTConfig
+
+
+def check_settings(cfg):
+    """Raise InputError, naming the key, for a setting train() cannot run with. Writes nothing.
+
+    The model's settings are checked by GPTConfig (build_model), the data by check_data.
+    """
+    for key in ("batch_size", "gradient_accumulation_steps", "eval_interval", "eval_iters", "log_interval"):
+        if cfg[key] < 1:
+            raise InputError(f"{key} must be >= 1, got {cfg[key]}")
+    for key in ("max_iters", "warmup_iters", "lr_decay_iters", "min_lr", "weight_decay", "grad_clip", "max_bad_steps",
+                "bam_shape_lr_mult", "bam_scale_lr_mult", "ssmax_lr_mult"):
+        if cfg[key] is not None and not cfg[key] >= 0:
+            raise InputError(f"need {key} >= 0, got {key}={cfg[key]}")
+    if not cfg["learning_rate"] > 0:
+        raise InputError(f"need learning_rate > 0, got learning_rate={cfg['learning_rate']} "
+                         f"(e.g. --learning_rate=1e-3)")
+    for key in ("beta1", "beta2", "dropout"):
+        if not 0 <= cfg[key] < 1:
+            raise InputError(f"need 0 <= {key} < 1, got {key}={cfg[key]}")
+    if cfg["dtype"] not in ("auto", "float32", "bfloat16", "float16"):
+        raise InputError(f"dtype must be auto, float32, bfloat16 or float16, got {cfg['dtype']!r}")
+    if cfg["init_from"] not in ("scratch", "resume"):
+        raise InputError(f"init_from must be 'scratch' or 'resume', got {cfg['init_from']!r}")
+    if not cfg["out_dir"]:
+        raise InputError("out_dir must not be empty: name a folder, e.g. --out_dir=out")
+    check_device(cfg["device"])
+    check_folder_writable(cfg["out_dir"], "out_dir")
+
+
+def check_data(data_dir, meta, block_size):
+    """Raise MissingFileError or InputError, naming the command that makes the data, unless data_dir
+    holds train.bin and val.bin of at least block_size + 1 tokens each (uint16: 2 bytes a token)."""
+    from data.tokenizer import PREPARE_COMMANDS
+    remake = meta.get("prepare") or " or ".join(PREPARE_COMMANDS)
+    for split in ("train", "val"):
+        path = os.path.join(data_dir, f"{split}.bin")
+        if not os.path.isfile(path):
+            raise MissingFileError(f"no {path}: prepare the data again with: {remake}")
+        n_tokens = os.path.getsize(path) // 2
+        if n_tokens < block_size + 1:
+            raise InputError(f"{path} holds {n_tokens} tokens, fewer than block_size + 1 = {block_size + 1}: prepare "
+                             f"the data again ({remake}) or lower --block_size")
+
+
+def build_model(model_args):
+    """GPT(GPTConfig(**model_args)); their ValueError for a bad model setting becomes an InputError."""
+    try:
+        return GPT(GPTConfig(**model_args))
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
+class NonFiniteError(NanoPEError):
+    """The loss, the gradient or the weights became NaN or infinite: train() stopped without saving."""
+
+
+def finite(*values):
+    """True if no value (numbers or 0-d tensors; None is skipped) is NaN or infinite. A GPU sync per tensor."""
+    return all(math.isfinite(float(v.detach() if torch.is_tensor(v) else v)) for v in values if v is not None)
+
+
+def nonfinite_message(what, iter_num, cfg, dtype, last_saved):
+    """NonFiniteError's line: what went non-finite at which iteration, the likely causes, the last good
+    checkpoint (last_saved: (path, iteration) or None) and what to do."""
+    causes = [f"learning_rate={cfg['learning_rate']:g} too high"]
+    shape = cfg["bam_shape_init"]
+    if cfg["pos"] == "bam" and isinstance(shape, (int, float)) and shape < 0:
+        causes.append(f"bam_shape_init={shape} very negative")
+    if dtype == "float16":
+        causes.append("float16 overflow (--dtype=bfloat16 has float32's range)")
+    todo = (f"the last good checkpoint is {last_saved[0]} (iteration {last_saved[1]}): change the setting and go on "
+            f"with --init_from=resume" if last_saved else "this run saved no checkpoint: change the setting and start "
+            "again")
+    return (f"{what} at iteration {iter_num}: training stopped, nothing saved. Likely causes: {', '.join(causes)}; "
+            f"{todo} (or let --max_bad_steps=N skip a few bad steps)")
