@@ -139,7 +139,8 @@ def get_batch(data_dir, split, batch_size, block_size, meta, device, generator=N
 
 
 def prepare_data(dataset_name):
-    """Return (data_dir, meta). Makes the synthetic passkey set passkey_<tokenizer>_<length> if missing.
+    """Return (data_dir, meta). Makes the synthetic passkey set passkey_<tokenizer>_<length> if missing
+    (passkey_<tokenizer>_<min>-<max>: prompts of lengths min..max, padded to max).
 
     Other datasets must be prepared by their script; read_meta then raises
     FileNotFoundError naming the command.
@@ -147,10 +148,13 @@ def prepare_data(dataset_name):
     from data.tokenizer import data_dir_of, read_meta
     data_dir = data_dir_of(dataset_name)
     parts = os.path.basename(os.path.normpath(dataset_name)).split("_")
-    if not os.path.isfile(os.path.join(data_dir, "meta.json")) and len(parts) == 3 and parts[0] == "passkey":
+    if (not os.path.isfile(os.path.join(data_dir, "meta.json")) and len(parts) == 3 and parts[0] == "passkey"
+            and parts[2].replace("-", "", 1).isdigit()):
         from data.passkey import build_dataset
         print(f"making the synthetic passkey set {data_dir} (seconds)")
-        build_dataset(parts[1], int(parts[2]), n_train=20000, n_val=500, seed=0, out_dir=data_dir)
+        lo, _, hi = parts[2].rpartition("-")
+        build_dataset(parts[1], int(hi), n_train=20000, n_val=500, seed=0, out_dir=data_dir,
+                      min_length=int(lo) if lo else None)
     return data_dir, read_meta(data_dir)
 
 

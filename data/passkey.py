@@ -9,6 +9,8 @@ tokens are always the ids of " K", the same in training data and evaluation.
 
 writes data/passkey_byte_512/{train,val}.bin: examples of exactly length+1 tokens
 (prompt + answer, right-padded with EOT) back to back; meta.json["example_len"] = length+1.
+--min_length 300 makes prompts of several lengths (300..length) in one set; train.py
+makes such a set on the fly for --dataset=passkey_byte_300-512.
 """
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root, for `data.*`
@@ -109,36 +111,46 @@ def passkey_depths(n):
     return [0.5] if n == 1 else [i / (n - 1) for i in range(n)]
 
 
-def make_examples(tokenizer, length, n, rng, n_digits=5, desc=None):
+def make_examples(tokenizer, length, n, rng, n_digits=5, desc=None, min_length=None):
     """uint16 array (n, length + 1): each row prompt + answer right-padded with EOT.
 
-    Keys from random_key(rng, n_digits), depths uniform in [0, 1) from rng.
+    Keys from random_key(rng, n_digits), depths uniform in [0, 1) from rng. With min_length,
+    each prompt's length is drawn uniformly from min_length..length (prompts of several
+    lengths in one set; the padding is left out of the loss by train.get_batch).
     """
     tok = _tok(tokenizer)
     out = np.full((n, length + 1), tok.eot, dtype=np.uint16)
     for i in tqdm(range(n), desc=desc, disable=n < 2000):
         key = random_key(rng, n_digits)
-        prompt, answer = passkey_prompt(tok, length, rng.random(), key)
+        n_tokens = length if min_length is None else rng.randint(min_length, length)
+        prompt, answer = passkey_prompt(tok, n_tokens, rng.random(), key)
         ex = prompt + answer
         out[i, :len(ex)] = ex
     return out
 
 
-def build_dataset(tokenizer_name, length, n_train, n_val, seed, out_dir, n_digits=5):
+def build_dataset(tokenizer_name, length, n_train, n_val, seed, out_dir, n_digits=5, min_length=None):
     """Write a synthetic passkey set to out_dir/{train,val}.bin + meta.json.
 
     Each example is exactly length + 1 tokens (prompt + answer + EOT padding), so a
     block_size = length window x = ex[:-1], y = ex[1:] covers it; meta["example_len"]
-    = length + 1 tells train.py to sample windows at example starts. Train and val use
-    separate random streams derived from `seed`. Returns the meta dict.
+    = length + 1 tells train.py to sample windows at example starts. With min_length, the
+    prompts have lengths min_length..length (more padding; it is not in the loss). Train and
+    val use separate random streams derived from `seed`. Returns the meta dict. Raises
+    InputError if min_length is below the template's minimum or above length.
     """
+    if min_length is not None and not passkey_min_length(tokenizer_name, n_digits) <= min_length <= length:
+        raise InputError(f"min_length={min_length} must lie between the template's minimum "
+                         f"{passkey_min_length(tokenizer_name, n_digits)} and length={length}")
     for split, n in (("train", n_train), ("val", n_val)):
         rng = random.Random(f"passkey-{split}-{seed}")
-        write_split(out_dir, split, make_examples(tokenizer_name, length, n, rng, n_digits, desc=f"passkey {split} prompts").ravel())
+        examples = make_examples(tokenizer_name, length, n, rng, n_digits, f"passkey {split} prompts", min_length)
+        write_split(out_dir, split, examples.ravel())
     cmd = (f"python data/passkey.py --tokenizer {tokenizer_name} --length {length} --n_train {n_train} "
-           f"--n_val {n_val} --seed {seed} --n_digits {n_digits}")
+           f"--n_val {n_val} --seed {seed} --n_digits {n_digits}"
+           + ("" if min_length is None else f" --min_length {min_length}"))
     return write_meta(out_dir, tokenizer_name, dataset="passkey", example_len=length + 1, length=length,
-                      n_train=n_train, n_val=n_val, seed=seed, n_digits=n_digits, prepare=cmd)
+                      min_length=min_length, n_train=n_train, n_val=n_val, seed=seed, n_digits=n_digits, prepare=cmd)
 
 
 def main():
@@ -149,10 +161,13 @@ def main():
     p.add_argument("--n_val", type=positive_int, default=500)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n_digits", type=positive_int, default=5)
+    p.add_argument("--min_length", type=positive_int, default=None,
+                   help="prompts of several lengths: each drawn from min_length..length (padding is not in the loss)")
     p.add_argument("--out_dir", default=None, help="default data/passkey_<tokenizer>_<length>")
     args = p.parse_args()
     out_dir = args.out_dir or os.path.join("data", f"passkey_{args.tokenizer}_{args.length}")
-    meta = build_dataset(args.tokenizer, args.length, args.n_train, args.n_val, args.seed, out_dir, args.n_digits)
+    meta = build_dataset(args.tokenizer, args.length, args.n_train, args.n_val, args.seed, out_dir, args.n_digits,
+                         args.min_length)
     print(f"{args.n_train:,} train / {args.n_val:,} val examples of {meta['example_len']} tokens in {out_dir}")
 
 

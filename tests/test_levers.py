@@ -166,3 +166,19 @@ def test_key_attention_equals_a_naive_softmax():
     assert ((mass >= 0) & (mass <= 1)).all()
     # the diagnostic leaves the model as it was
     assert not any("attend" in vars(b.attn) for b in model.transformer.h)
+
+
+def test_passkey_set_of_several_lengths(tmp_path):
+    """passkey_<tok>_<min>-<max>: each prompt's length is drawn from min..max and padded to max + 1 tokens; the
+    prompt (up to the question) is a real passkey prompt of about its own length."""
+    tok = get_tokenizer("byte")
+    meta = build_dataset("byte", 600, n_train=40, n_val=4, seed=0, out_dir=str(tmp_path), min_length=300)
+    assert meta["example_len"] == 601 and meta["min_length"] == 300
+    raw = np.fromfile(tmp_path / "train.bin", dtype=np.uint16).reshape(40, 601)
+    lengths = (raw != tok.eot).sum(1)  # prompt + answer tokens of each example
+    assert lengths.min() >= 300 - 25 and lengths.max() <= 600 and lengths.max() - lengths.min() > 150
+    question = tok.encode(" What is the pass key? The pass key is")
+    for row, n in zip(raw, lengths):
+        assert list(row[n - 6 - len(question):n - 6]) == question  # then " K": 6 bytes
+    with pytest.raises(ValueError, match="min_length=700 must lie between"):
+        build_dataset("byte", 600, n_train=4, n_val=4, seed=0, out_dir=str(tmp_path / "x"), min_length=700)
