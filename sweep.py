@@ -33,7 +33,8 @@ from model import load_checkpoint
 from passkey import format_table, run_passkey, write_results
 
 VARIANTS = [("nope", False), ("nope", True), ("sinusoidal", False), ("learned", False), ("rope", False),
-            ("rope", True), ("alibi", False), ("alibi", True), ("bam", False), ("bam", True), ("tapa", False)]
+            ("rope", True), ("alibi", False), ("alibi", True), ("bam", False), ("bam", True), ("tapa", False),
+            ("fire", False)]
 # per-variant settings: TAPA trains at 1/5 of the learning rate (the TAPA paper's ratio to its RoPE baseline)
 LR_FACTOR = {"tapa": 0.2}
 ROOT = os.path.dirname(os.path.abspath(__file__))
