@@ -155,15 +155,16 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bia
         # z = f·(q·k/√D + b) = (f·q)·k/√D + f·b: SSMax folds into q and the bias, SDPA does the rest
         mask = torch.zeros(1, tq, tk, device=q.device, dtype=q.dtype)  # (1 or H, tq, tk)
         if bias_fn is not None:
-            mask = distance_bias(bias_fn, t0, tq, tk, q.device) if bias_toeplitz else bias_fn(q_pos, k_pos)
+            # a fresh tensor either way, so the in-place fills below are safe for autograd (a bias module's
+            # output may be saved for its own backward)
+            mask = distance_bias(bias_fn, t0, tq, tk, q.device) if bias_toeplitz else bias_fn(q_pos, k_pos).clone()
         if f is not None:
             qc = qc * f
             if bias_fn is not None and bias_in_ssmax:
                 mask = f * mask
         mask = mask.to(q.dtype)
         if q.dtype == torch.float16:  # a large negative bias (a GGD shape < 0) overflows fp16 to −inf, and query 0
-            mask = mask.clamp(min=torch.finfo(torch.float16).min)  # (one key) would get NaN; fp32/bf16: BIAS_FLOOR
-        # out of place: the bias module's output may be saved for its backward
-        mask = torch.cat([mask[..., :t0], mask[..., t0:].masked_fill(future, float("-inf"))], dim=-1)
+            mask.clamp_(min=torch.finfo(torch.float16).min)  # (one key) would get NaN; fp32/bf16: BIAS_FLOOR
+        mask[..., t0:].masked_fill_(future, float("-inf"))
         out[:, :, c0:c1] = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask[None], dropout_p=dropout_p)
     return out
