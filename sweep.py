@@ -54,8 +54,7 @@ def name_of(pos, ssmax):
 
 def train_variant(args, out_dir):
     """train.py with config/cpu_demo.py and these --key=value args; reuses a finished run in out_dir."""
-    defaults = {k: getattr(train, k) for k in train.CONFIG_KEYS}
-    cfg = train.get_config([os.path.join(ROOT, "config", "cpu_demo.py")] + args + [f"--out_dir={out_dir}"], defaults)
+    cfg = train.demo_config(args + [f"--out_dir={out_dir}"])
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     if os.path.isfile(ckpt_path) and torch.load(ckpt_path, weights_only=True)["iter_num"] == cfg["max_iters"]:
         print(f"reusing {ckpt_path}")
@@ -114,7 +113,7 @@ def evaluate_variant(pos, ssmax, setting, args):
     """Train and evaluate one variant; returns its row of the sweep (accuracies, perplexities, prior, times)."""
     name = name_of(pos, ssmax)
     common = [f"--pos={pos}", f"--ssmax={ssmax}"] + setting["model"]
-    lr = train.learning_rate * LR_FACTOR.get(pos, 1.0)
+    lr = train.demo_config()["learning_rate"] * LR_FACTOR.get(pos, 1.0)
     t0 = time.time()
     # (1) passkey: train on the synthetic set, evaluate at 1x..64x
     out = os.path.join(args.out_dir, f"passkey-{name}")

@@ -17,7 +17,7 @@ from data.tokenizer import get_tokenizer
 from model import GPT, GPTConfig
 from passkey import key_attention, key_positions
 
-DEFAULTS = {k: getattr(train, k) for k in train.CONFIG_KEYS}
+DEFAULTS = train.demo_config()  # the CPU demo's settings: what `python train.py` runs
 
 
 # ---------------------------------------------------------------- per-head shape init (SPEC §1)
