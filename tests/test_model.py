@@ -422,3 +422,18 @@ def test_checkpoints_with_the_old_prior_keys_load():
 def test_max_length_comes_from_the_position_table():
     assert tiny("learned").max_length == 16
     assert all(tiny(pos).max_length == math.inf for pos in POS_VARIANTS if pos != "learned")
+
+
+def test_every_spec_citation_resolves_to_a_section_of_docs_spec():
+    """Each "SPEC §N" (or "SPEC §N/§M", "§N–§M") in the code names a section "## N." of docs/spec.md."""
+    import glob
+    import os
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sections = set(re.findall(r"^## (\d+)\. ", open(os.path.join(root, "docs", "spec.md")).read(), re.M))
+    cited = set()
+    for path in glob.glob(os.path.join(root, "*.py")) + glob.glob(os.path.join(root, "data", "*.py")):
+        for ref in re.findall(r"SPEC ((?:§\d+(?:[/–-]§?\d+)*(?:, )?)+)", open(path).read()):
+            cited.update(re.findall(r"\d+", ref))
+    assert cited and cited <= sections, cited - sections
+    assert sections == {str(n) for n in range(1, 9)}
