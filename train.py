@@ -9,7 +9,8 @@ CPU cores, after which it retrieves the passkey at its training length). Example
     python train.py config/fineweb_gpt2s.py --pos=alibi --ssmax=True
     torchrun --standalone --nproc_per_node=8 train.py config/fineweb_gpt2s.py   # DDP
 
-Every key below can be set in a config file or as --key=value; unknown keys and
+Every key below, and every field of model.GPTConfig (the model keys, with GPTConfig's defaults;
+the demo's own values are in config/cpu_demo.py), can be set in a config file or as --key=value; unknown keys and
 values of the wrong type are refused with the list of valid keys (`--help` lists
 them). `--init_from=resume` goes on with the run in --out_dir, with that run's
 settings: the command line changes only the keys it names (e.g. --max_iters). The
