@@ -144,7 +144,8 @@ def apply_rope(x, pos, base):
 
 
 class SinusoidalEmbedding(nn.Module):
-    """The fixed sinusoid of sinusoidal_embedding at the token embeddings' scale: pos (T,) -> (T, dim). No parameters."""
+    """The fixed sinusoid of sinusoidal_embedding at the token embeddings' scale: pos (T,) -> (T, dim).
+    No parameters."""
 
     def __init__(self, dim):
         super().__init__()
@@ -242,10 +243,10 @@ class CausalSelfAttention(nn.Module):
             return self.attend_triton(q, k, v, t0, s)
         if self.pos_bias is None and self.score is None and s is None and q.shape[2] == k.shape[2]:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-        b = self.pos_bias
-        # SSMax scales (q·k/√D + b) for BAM, only q·k/√D for ALiBi, FIRE and the others (SPEC §2)
+        b = self.pos_bias  # SSMax scales (q·k/√D + b) for BAM, only q·k/√D for ALiBi, FIRE and the others (SPEC §2)
+        in_ssmax, toeplitz = getattr(b, "in_ssmax", False), getattr(b, "toeplitz", False)
         return reference_attention(q, k, v, t0, bias_fn=b, ssmax_scale=s, score_fn=self.score, dropout_p=dropout_p,
-                                   bias_in_ssmax=getattr(b, "in_ssmax", False), bias_toeplitz=getattr(b, "toeplitz", False))
+                                   bias_in_ssmax=in_ssmax, bias_toeplitz=toeplitz)
 
     def attend_triton(self, q, k, v, t0, ssmax_scale):
         """The fused kernels of kernels.py (CUDA, or CPU under TRITON_INTERPRET=1)."""

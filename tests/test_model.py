@@ -416,7 +416,8 @@ def test_checkpoints_with_the_old_prior_keys_load():
     old = {k.replace(".pos_bias.", ".prior."): v for k, v in a.state_dict().items()}
     assert any(".prior." in k for k in old)
     b.load_state_dict(old)  # strict
-    assert all(torch.equal(x.attn.pos_bias.shape, y.attn.pos_bias.shape) for x, y in zip(a.transformer.h, b.transformer.h))
+    for x, y in zip(a.transformer.h, b.transformer.h):
+        assert torch.equal(x.attn.pos_bias.shape, y.attn.pos_bias.shape)
 
 
 def test_max_length_comes_from_the_position_table():
