@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from attention_bam import reference_attention
+from attention import reference_attention
 
 TAPA_PHASES = ("quadratic", "linear")
 

@@ -61,7 +61,8 @@ def make_methods(names, H, T, device):
     import torch.nn.functional as F
 
     import kernels
-    from attention_bam import GGD_EPS, alibi_slopes, bam_attention_ref
+    from attention import alibi_slopes
+    from attention_bam import GGD_EPS, bam_attention_ref
 
     log_scale = torch.log(alibi_slopes(H)).to(device).requires_grad_()  # ALiBi init, β = 1 (SPEC §1)
     shape = torch.ones(H, device=device, requires_grad=True)

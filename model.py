@@ -2,7 +2,7 @@
 A GPT language model with a choice of positional encoding, in nanoGPT's style:
 GPT-2 blocks (pre-LayerNorm, fused qkv projection, tied lm_head, `bias` flag).
 
-config.pos selects the positional variant (SPEC §1, §3, §4):
+config.pos selects the positional variant (SPEC §1, §3, §4, §8):
     nope        no positional signal
     sinusoidal  fixed sin/cos (base 10000) added to the token embeddings, at their scale
     learned     GPT-2's learned wpe (cannot go past block_size)
@@ -10,13 +10,21 @@ config.pos selects the positional variant (SPEC §1, §3, §4):
     alibi       −slope_h·|i − j| added to the logits
     bam         GGD-BAM: learnable Generalized-Gaussian prior on the logits
     tapa        token-aware phase attention (amplitude × cos(phase))
+    fire        FIRE: a learned MLP of the normalised distance added to the logits
 config.ssmax adds scalable softmax (SPEC §2) to any of them.
+
+The switch point is position_embedding and attention_parts below: a variant declares what
+it adds to the token embeddings, how it transforms q and k, and the bias or score it puts
+on the logits. Everything else (the choice of SDPA, weight decay, the longest input) follows
+from those declarations. A new variant is one file plus one branch there (and its name in
+POS_VARIANTS).
 
 Positions are absolute everywhere, so a KV cache (`cache=` in forward) gives
 chunked prefill and token-by-token decoding past block_size for every variant
 that extrapolates.
 """
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -24,10 +32,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention_bam import GGDPrior, SSMax, alibi_slopes, alibi_bias, per_head_shape_init, reference_attention
-from attention_tapa import TAPA_PHASES, tapa_attention_ref, tapa_split
+from attention import ALiBi, SSMax, reference_attention
+from attention_bam import GGDPrior, per_head_shape_init
+from attention_fire import FIREBias
+from attention_tapa import TAPA_PHASES, tapa_scores, tapa_split
 
-POS_VARIANTS = ("nope", "sinusoidal", "learned", "rope", "alibi", "bam", "tapa")
+POS_VARIANTS = ("nope", "sinusoidal", "learned", "rope", "alibi", "bam", "tapa", "fire")
 ATTN_IMPLS = ("torch", "triton")
 
 
@@ -91,6 +101,13 @@ def layer_shape_init(shape_init, layer):
     return shape_init[layer] if is_per_layer(shape_init) else shape_init
 
 
+def rename_prior_keys(module, state_dict, prefix, *args):
+    """Load-state-dict pre-hook of CausalSelfAttention: <prefix>prior.* (the GGD prior's keys before the
+    bias slot was named pos_bias) become <prefix>pos_bias.*, so earlier checkpoints still load."""
+    for key in [k for k in state_dict if k.startswith(prefix + "prior.")]:
+        state_dict[prefix + "pos_bias." + key[len(prefix + "prior."):]] = state_dict.pop(key)
+
+
 # The sinusoid is added at the token embeddings' scale. sin/cos have rms 1/√2: added as they are to embeddings
 # initialised with std 0.02 they would outweigh them 35 to 1 (on tiny Shakespeare that model trailed NoPE, ppl 28.6
 # against 12.0, docs/results.md). Vaswani et al. bring the two to the same scale by multiplying the embeddings
@@ -126,6 +143,59 @@ def apply_rope(x, pos, base):
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
 
 
+class SinusoidalEmbedding(nn.Module):
+    """The fixed sinusoid of sinusoidal_embedding at the token embeddings' scale: pos (T,) -> (T, dim).
+    No parameters."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, pos):
+        return SINUSOIDAL_SCALE * sinusoidal_embedding(pos, self.dim)
+
+
+# ---------------------------------------------------------------- the switch point: what each variant contributes
+
+def position_embedding(config):
+    """What config.pos adds to the token embeddings: a module pos (T,) -> (T, C), or None.
+
+    An nn.Embedding (pos='learned') bounds the model's length to its number of rows (GPT.max_length).
+    """
+    if config.pos == "learned":
+        return nn.Embedding(config.block_size, config.n_embd)
+    if config.pos == "sinusoidal":
+        return SinusoidalEmbedding(config.n_embd)
+    return None
+
+
+def attention_parts(config, layer, shared_prior=None):
+    """What config.pos contributes to one attention layer: (rotate, pos_bias, score), each None if absent.
+
+    rotate(x, pos) -> x: a transform of q and of k (B, H, T, D) at absolute positions pos (T,) (rope).
+    pos_bias(q_pos, k_pos) -> (H, Tq, Tk): a module whose output is added to the logits, with the class
+        attributes `toeplitz` and `in_ssmax` of attention.py (alibi, bam, fire). Its parameters carry an
+        `optim_group` marker if they need no weight decay (GPT.configure_optimizers).
+    score(q, k, q_pos, k_pos) -> (B, H, Tq, Tk): replaces q·k/√D on the logits (tapa).
+    layer: the layer's index (bam_shape_init may differ per layer); shared_prior: the GGD prior shared by
+    all layers (bam_global_prior), else None.
+    A layer with none of the three and no SSMax runs on SDPA's fused causal kernels.
+    """
+    if config.pos == "rope":
+        return functools.partial(apply_rope, base=config.rope_base), None, None
+    if config.pos == "alibi":
+        return None, ALiBi(config.n_head), None
+    if config.pos == "bam":
+        shape_init = layer_shape_init(config.bam_shape_init, layer)
+        return None, shared_prior or GGDPrior(config.n_head, shape_init, config.bam_scale_init), None
+    if config.pos == "fire":
+        return None, FIREBias(config.n_head, config.block_size), None
+    if config.pos == "tapa":
+        return None, None, functools.partial(tapa_scores, theta=config.tapa_theta, alpha=config.tapa_alpha,
+                                             phase=config.tapa_phase)
+    return None, None, None
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with the positional variant of config.pos.
 
@@ -134,19 +204,17 @@ class CausalSelfAttention(nn.Module):
     Returns (y, (k, v)) with y (B, T, C) and the keys/values of positions 0 .. t0+T−1.
     """
 
-    def __init__(self, config, prior=None):
+    def __init__(self, config, layer=0, shared_prior=None):
         super().__init__()
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.n_head, self.n_embd, self.dropout = config.n_head, config.n_embd, config.dropout
         self.config = config
-        if config.pos == "alibi":
-            self.register_buffer("slopes", alibi_slopes(config.n_head), persistent=False)
-        if config.pos == "bam":  # a shared prior is passed in when config.bam_global_prior
-            self.prior = prior if prior is not None else GGDPrior(
-                config.n_head, config.bam_shape_init, config.bam_scale_init)
+        self.rotate, self.pos_bias, self.score = attention_parts(config, layer, shared_prior)
         self.ssmax = SSMax(config.n_head, config.ssmax_init) if config.ssmax else None
+        # checkpoints written before the bias slot was named pos_bias hold the GGD prior under "prior."
+        self.register_load_state_dict_pre_hook(rename_prior_keys)
 
     def forward(self, x, t0, kv=None):
         B, T, C = x.size()
@@ -154,9 +222,9 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        if self.config.pos == "rope":
+        if self.rotate is not None:
             pos = torch.arange(t0, t0 + T, device=x.device)
-            q, k = apply_rope(q, pos, self.config.rope_base), apply_rope(k, pos, self.config.rope_base)
+            q, k = self.rotate(q, pos), self.rotate(k, pos)
         if kv is not None:
             k, v = torch.cat([kv[0], k], dim=2), torch.cat([kv[1], v], dim=2)  # (B, nh, t0+T, hs)
         y = self.attend(q, k, v, t0)  # (B, nh, T, hs)
@@ -164,26 +232,21 @@ class CausalSelfAttention(nn.Module):
         return self.resid_dropout(self.c_proj(y)), (k, v)
 
     def attend(self, q, k, v, t0):
-        """Causal attention of q (B, nh, T, hs) at positions t0.. over k, v (B, nh, t0+T, hs)."""
-        cfg = self.config
+        """Causal attention of q (B, nh, T, hs) at positions t0.. over k, v (B, nh, t0+T, hs).
+
+        SDPA's fused causal kernels when the layer declares no bias, no score and no SSMax; otherwise
+        attention.reference_attention with the layer's pos_bias and score (attention_parts).
+        """
         dropout_p = self.dropout if self.training else 0.0
         s = self.ssmax.scale if self.ssmax is not None else None
-        T, Tk = q.shape[2], k.shape[2]
-        if cfg.attn_impl == "triton" and cfg.pos in ("bam", "tapa"):
+        if self.config.attn_impl == "triton":
             return self.attend_triton(q, k, v, t0, s)
-        if cfg.pos == "tapa":
-            return tapa_attention_ref(q, k, v, cfg.tapa_theta, cfg.tapa_alpha, cfg.tapa_phase, t0,
-                                      ssmax_scale=s, dropout_p=dropout_p)
-        if cfg.pos not in ("alibi", "bam") and s is None and T == Tk:  # plain causal: SDPA's fused kernels
+        if self.pos_bias is None and self.score is None and s is None and q.shape[2] == k.shape[2]:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-        bias_fn = None
-        if cfg.pos == "bam":
-            bias_fn = self.prior
-        elif cfg.pos == "alibi":
-            bias_fn = lambda q_pos, k_pos: alibi_bias(q_pos, k_pos, self.slopes)  # noqa: E731
-        # SSMax scales (q·k/√D + b) for BAM, only q·k/√D for ALiBi and the others (SPEC §2)
-        return reference_attention(q, k, v, t0, bias_fn=bias_fn, ssmax_scale=s,
-                                   bias_in_ssmax=cfg.pos == "bam", dropout_p=dropout_p)
+        b = self.pos_bias  # SSMax scales (q·k/√D + b) for BAM, only q·k/√D for ALiBi, FIRE and the others (SPEC §2)
+        in_ssmax, toeplitz = getattr(b, "in_ssmax", False), getattr(b, "toeplitz", False)
+        return reference_attention(q, k, v, t0, bias_fn=b, ssmax_scale=s, score_fn=self.score, dropout_p=dropout_p,
+                                   bias_in_ssmax=in_ssmax, bias_toeplitz=toeplitz)
 
     def attend_triton(self, q, k, v, t0, ssmax_scale):
         """The fused kernels of kernels.py (CUDA, or CPU under TRITON_INTERPRET=1)."""
@@ -192,8 +255,8 @@ class CausalSelfAttention(nn.Module):
         cfg = self.config
         if self.training and self.dropout > 0:
             raise InputError("attn_impl='triton' has no attention dropout; set dropout=0.0 or attn_impl='torch'")
-        if cfg.pos == "bam":
-            p = self.prior
+        if isinstance(self.pos_bias, GGDPrior):
+            p = self.pos_bias
             return kernels.bam_attention(q, k, v, p.log_scale, p.shape, p.loc, ssmax_scale, q_offset=t0)
         if ssmax_scale is not None or cfg.tapa_phase != "quadratic":
             raise InputError("the TAPA kernel implements quadratic phase without SSMax; use attn_impl='torch'")
@@ -217,10 +280,10 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-LN transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
 
-    def __init__(self, config, prior=None):
+    def __init__(self, config, layer=0, shared_prior=None):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.attn = CausalSelfAttention(config, prior)
+        self.attn = CausalSelfAttention(config, layer, shared_prior)
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
@@ -238,19 +301,18 @@ class GPT(nn.Module):
         self.config = config
         if config.attn_impl == "triton" and config.pos not in ("bam", "tapa"):
             raise ValueError(f"attn_impl='triton' has kernels for pos='bam' and 'tapa' only, not {config.pos!r}")
-        priors = [None] * config.n_layer  # BAM: one prior per layer, or one shared by all (bam_global_prior)
-        if config.pos == "bam":
-            priors = [GGDPrior(config.n_head, layer_shape_init(config.bam_shape_init, layer), config.bam_scale_init)
-                      for layer in range(1 if config.bam_global_prior else config.n_layer)]
-            priors = priors * config.n_layer if config.bam_global_prior else priors
+        shared = None  # BAM: one prior per layer (attention_parts), or this one shared by all (bam_global_prior)
+        if config.pos == "bam" and config.bam_global_prior:
+            shared = GGDPrior(config.n_head, config.bam_shape_init, config.bam_scale_init)
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([Block(config, prior) for prior in priors]),
+            h=nn.ModuleList([Block(config, layer, shared) for layer in range(config.n_layer)]),
             ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
         ))
-        if config.pos == "learned":
-            self.transformer["wpe"] = nn.Embedding(config.block_size, config.n_embd)
+        wpe = position_embedding(config)
+        if wpe is not None:  # GPT-2's name for the learned table; the sinusoid has no parameters
+            self.transformer["wpe"] = wpe
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying
         self.apply(self._init_weights)
@@ -268,15 +330,17 @@ class GPT(nn.Module):
 
     @property
     def max_length(self):
-        """The longest sequence (in tokens, cache included) this model can run: block_size for
-        pos='learned' (it has embeddings for those positions only), unbounded (math.inf) otherwise."""
-        return self.config.block_size if self.config.pos == "learned" else math.inf
+        """The longest sequence (in tokens, cache included) this model can run: the rows of a learned position
+        table (block_size for pos='learned': it has embeddings for those positions only), unbounded (math.inf)
+        otherwise."""
+        wpe = self.transformer["wpe"] if "wpe" in self.transformer else None
+        return wpe.num_embeddings if isinstance(wpe, nn.Embedding) else math.inf
 
     def get_num_params(self, non_embedding=True):
         """Number of parameters (each shared tensor once); minus wpe if non_embedding."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding and "wpe" in self.transformer:
-            n -= self.transformer.wpe.weight.numel()
+            n -= sum(p.numel() for p in self.transformer.wpe.parameters())
         return n
 
     def new_cache(self):
@@ -296,14 +360,12 @@ class GPT(nn.Module):
         B, T = idx.size()
         t0 = 0 if cache is None or cache[0] is None else cache[0][0].shape[2]
         if t0 + T > self.max_length:
-            raise ValueError(f"pos='learned' has embeddings for block_size={self.config.block_size} positions, "
+            raise ValueError(f"pos={self.config.pos!r} has embeddings for block_size={self.max_length} positions, "
                              f"asked for {t0 + T}; use a variant that extrapolates or a shorter input")
         pos = torch.arange(t0, t0 + T, device=idx.device)  # (T,)
         x = self.transformer.wte(idx)  # (B, T, C)
-        if self.config.pos == "learned":
-            x = x + self.transformer.wpe(pos)
-        elif self.config.pos == "sinusoidal":
-            x = x + (SINUSOIDAL_SCALE * sinusoidal_embedding(pos, self.config.n_embd)).to(x.dtype)
+        if "wpe" in self.transformer:
+            x = x + self.transformer.wpe(pos).to(x.dtype)  # (T, C)
         x = self.transformer.drop(x)
         for layer, block in enumerate(self.transformer.h):
             x, kv = block(x, t0, None if cache is None else cache[layer])
@@ -322,7 +384,7 @@ class GPT(nn.Module):
         """AdamW with weight decay on matrices only (SPEC §1, §2).
 
         Parameters marked with an `optim_group` attribute (the BAM prior's "bam_shape" and
-        "bam_scale", SSMax's "ssmax") get a group of their own with no weight decay and a
+        "bam_scale", SSMax's "ssmax", FIRE's "fire") get a group of their own with no weight decay and a
         learning rate of lr_mults[group] (default 1) times the base rate; every group holds
         its multiplier as "lr_mult" (train.py sets lr = base · lr_mult at each step).
         Biases and norms get no decay either. Raises ValueError for a negative multiplier.
@@ -352,9 +414,9 @@ class GPT(nn.Module):
         out = {}
         for block in self.transformer.h:
             attn = block.attn
-            if self.config.pos == "bam":
-                out.setdefault("shape", []).append(attn.prior.shape.tolist())
-                out.setdefault("scale", []).append(attn.prior.log_scale.exp().tolist())
+            if isinstance(attn.pos_bias, GGDPrior):
+                out.setdefault("shape", []).append(attn.pos_bias.shape.tolist())
+                out.setdefault("scale", []).append(attn.pos_bias.log_scale.exp().tolist())
             if attn.ssmax is not None:
                 out.setdefault("ssmax", []).append(attn.ssmax.scale.tolist())
         return out
@@ -369,7 +431,7 @@ class GPT(nn.Module):
         below it (the tokenizer's size: GPT-2's 50257 is padded to 50304 in the model).
         """
         if idx.size(1) + max_new_tokens > self.max_length:
-            raise ValueError(f"pos='learned' cannot generate past block_size={self.config.block_size} "
+            raise ValueError(f"pos={self.config.pos!r} cannot generate past block_size={self.max_length} "
                              f"({idx.size(1)} prompt + {max_new_tokens} new tokens)")
         cache = self.new_cache()
         for c0 in range(0, idx.size(1), prefill_chunk):

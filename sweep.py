@@ -33,7 +33,8 @@ from model import load_checkpoint
 from passkey import format_table, run_passkey, write_results
 
 VARIANTS = [("nope", False), ("nope", True), ("sinusoidal", False), ("learned", False), ("rope", False),
-            ("rope", True), ("alibi", False), ("alibi", True), ("bam", False), ("bam", True), ("tapa", False)]
+            ("rope", True), ("alibi", False), ("alibi", True), ("bam", False), ("bam", True), ("tapa", False),
+            ("fire", False)]
 # per-variant settings: TAPA trains at 1/5 of the learning rate (the TAPA paper's ratio to its RoPE baseline)
 LR_FACTOR = {"tapa": 0.2}
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -53,8 +54,7 @@ def name_of(pos, ssmax):
 
 def train_variant(args, out_dir):
     """train.py with config/cpu_demo.py and these --key=value args; reuses a finished run in out_dir."""
-    defaults = {k: getattr(train, k) for k in train.CONFIG_KEYS}
-    cfg = train.get_config([os.path.join(ROOT, "config", "cpu_demo.py")] + args + [f"--out_dir={out_dir}"], defaults)
+    cfg = train.demo_config(args + [f"--out_dir={out_dir}"])
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     if os.path.isfile(ckpt_path) and torch.load(ckpt_path, weights_only=True)["iter_num"] == cfg["max_iters"]:
         print(f"reusing {ckpt_path}")
@@ -113,7 +113,7 @@ def evaluate_variant(pos, ssmax, setting, args):
     """Train and evaluate one variant; returns its row of the sweep (accuracies, perplexities, prior, times)."""
     name = name_of(pos, ssmax)
     common = [f"--pos={pos}", f"--ssmax={ssmax}"] + setting["model"]
-    lr = train.learning_rate * LR_FACTOR.get(pos, 1.0)
+    lr = train.demo_config()["learning_rate"] * LR_FACTOR.get(pos, 1.0)
     t0 = time.time()
     # (1) passkey: train on the synthetic set, evaluate at 1x..64x
     out = os.path.join(args.out_dir, f"passkey-{name}")

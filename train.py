@@ -9,7 +9,8 @@ CPU cores, after which it retrieves the passkey at its training length). Example
     python train.py config/fineweb_gpt2s.py --pos=alibi --ssmax=True
     torchrun --standalone --nproc_per_node=8 train.py config/fineweb_gpt2s.py   # DDP
 
-Every key below can be set in a config file or as --key=value; unknown keys and
+Every key below, and every field of model.GPTConfig (the model keys, with GPTConfig's defaults;
+the demo's own values are in config/cpu_demo.py), can be set in a config file or as --key=value; unknown keys and
 values of the wrong type are refused with the list of valid keys (`--help` lists
 them). `--init_from=resume` goes on with the run in --out_dir, with that run's
 settings: the command line changes only the keys it names (e.g. --max_iters). The
@@ -33,11 +34,13 @@ from tqdm import tqdm
 
 from checkpoint import load_resume_checkpoint, prev_path, save_checkpoint
 from checks import NonFiniteError, build_model, check_data, check_settings, finite, nonfinite_message
-from configurator import InputError, NanoPEError, get_config, run_script
+from configurator import InputError, get_config, run_script
 from model import GPTConfig
 
 # -----------------------------------------------------------------------------
-# defaults: the CPU demo
+# defaults of the training keys. The model keys are model.GPTConfig's fields, with its defaults (default_config).
+# `python train.py` with no config file runs the CPU demo: these defaults, then config/cpu_demo.py (DEMO_CONFIG),
+# the one place that holds the demo's own values.
 # I/O
 out_dir = "out"
 eval_interval = 500
@@ -53,25 +56,6 @@ wandb_run_name = None  # default: "<pos>[+ssmax]"
 dataset = "passkey_byte_320"  # a folder under data/ (or a path); the synthetic passkey_<tokenizer>_<length> is made if missing
 gradient_accumulation_steps = 1
 batch_size = 8
-block_size = 320
-# model (see model.GPTConfig)
-n_layer = 2
-n_head = 4
-n_embd = 256
-dropout = 0.0
-bias = False
-vocab_size = None  # default: the dataset's, padded to a multiple of 64 for GPT-2's BPE
-pos = "bam"
-ssmax = True
-ssmax_init = 0.17  # s_h at init (SPEC §2): the BAM code uses 1.0; 0.17 keeps s·ln(n) <= 0.98 over 320 positions
-rope_base = 10000.0
-bam_shape_init = 1.0  # β at init: a number (1 = ALiBi), "linear" (linspace(0, 1, n_head)), or one per head
-bam_scale_init = "alibi"
-bam_global_prior = False
-tapa_theta = 0.5
-tapa_alpha = 0.1
-tapa_phase = "quadratic"
-attn_impl = "torch"
 # AdamW and the learning-rate schedule (warmup, then cosine decay to min_lr)
 learning_rate = 1e-3
 max_iters = 2000
@@ -95,9 +79,38 @@ compile = False
 backend = "nccl"  # DDP backend on CUDA; gloo is used on CPU
 seed = 1337
 # -----------------------------------------------------------------------------
-CONFIG_KEYS = [k for k, v in list(globals().items())
-               if not k.startswith("_") and isinstance(v, (int, float, bool, str, type(None)))]
+TRAIN_KEYS = [k for k, v in list(globals().items())
+              if not k.startswith("_") and isinstance(v, (int, float, bool, str, type(None)))]
 MODEL_KEYS = [f.name for f in fields(GPTConfig)]
+DEMO_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config", "cpu_demo.py")
+
+
+def default_config():
+    """Every key train.py takes, at its default: the training keys above, then every model.GPTConfig field at its
+    default there, except vocab_size: None here, i.e. the dataset's (padded to a multiple of 64 for GPT-2's BPE)."""
+    cfg = {k: globals()[k] for k in TRAIN_KEYS}
+    cfg.update({f.name: f.default for f in fields(GPTConfig)}, vocab_size=None)
+    return cfg
+
+
+def demo_config(argv=()):
+    """The config of `python train.py argv` when argv names no config file: default_config(), then
+    config/cpu_demo.py, then argv (--key=value)."""
+    return get_config([DEMO_CONFIG] + list(argv), default_config())
+
+
+CONFIG_KEYS = list(default_config())
+
+
+def model_args_of(cfg, meta):
+    """The GPTConfig arguments of a new model: every GPTConfig field from cfg, vocab_size from the dataset's
+    tokenizer (meta) unless cfg sets it. Raises InputError if cfg's vocab_size is smaller than the tokenizer's."""
+    vocab = meta["vocab_size"] if cfg["vocab_size"] is None else cfg["vocab_size"]
+    if cfg["vocab_size"] is None and meta["vocab_size"] > 1000:
+        vocab = (vocab + 63) // 64 * 64  # pad GPT-2's 50257 to 50304 for faster matmuls
+    if vocab < meta["vocab_size"]:
+        raise InputError(f"vocab_size={vocab} is smaller than the dataset's tokenizer ({meta['vocab_size']})")
+    return dict({k: cfg[k] for k in MODEL_KEYS}, vocab_size=vocab)
 
 
 def get_lr(it, cfg):
@@ -231,329 +244,391 @@ def train(cfg):
     to out_dir; NonFiniteError if the loss, gradient or weights become NaN/inf (nothing non-finite is saved);
     NanoPEError if a checkpoint cannot be written (a full disk). All are one line for run_script.
     """
-    cfg = dict(cfg)
-    settings = dict(cfg)  # what checkpoints record: the settings as given, the model's own below
-    check_settings(cfg)  # everything is checked (settings, data, checkpoint, model) before out_dir is written
-    cfg["lr_decay_iters"] = cfg["lr_decay_iters"] or cfg["max_iters"]
-    cfg["min_lr"] = cfg["learning_rate"] / 10 if cfg["min_lr"] is None else cfg["min_lr"]
-    # DDP: launched by torchrun, which sets RANK, LOCAL_RANK and WORLD_SIZE
-    ddp = int(os.environ.get("RANK", -1)) != -1
-    dev = cfg["device"]
-    if dev == "auto":
-        dev = "cuda" if torch.cuda.is_available() else "cpu"
-    if ddp:
-        from torch.distributed import init_process_group
-        init_process_group(backend=cfg["backend"] if dev.startswith("cuda") else "gloo")
-        rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
-        if dev.startswith("cuda"):
-            dev = f"cuda:{local_rank}"
-            torch.cuda.set_device(dev)
-        if cfg["gradient_accumulation_steps"] % world != 0:
-            raise InputError(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} must be a multiple "
-                             f"of the number of processes ({world})")
-        cfg["gradient_accumulation_steps"] //= world
-    else:
-        rank, world = 0, 1
-    master = rank == 0
-    device_type = "cuda" if dev.startswith("cuda") else "cpu"
-    dtype = cfg["dtype"]
-    if dtype == "auto":
-        dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-    if device_type == "cpu" and dtype != "float32":
-        raise InputError(f"dtype={dtype} needs a CUDA device (on CPU nanoPE trains in float32): use --dtype=auto")
-    if device_type == "cpu" and cfg["attn_impl"] == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise InputError("attn_impl='triton' runs on CUDA (on CPU only under TRITON_INTERPRET=1, for testing): "
-                         "use --attn_impl=torch")
-    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    ctx = nullcontext() if device_type == "cpu" else torch.amp.autocast(device_type=device_type, dtype=ptdtype)
-    if device_type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    torch.manual_seed(cfg["seed"] + rank)
-    tokens_per_iter = cfg["gradient_accumulation_steps"] * world * cfg["batch_size"] * cfg["block_size"]
+    run = Run(cfg)
+    run.setup()  # settings checked; device, dtype, DDP
+    run.load_data()  # the dataset (the synthetic passkey set is made if missing), checked
+    finished = run.init_or_resume()  # model and optimizer: from scratch or from out_dir/ckpt.pt
+    if finished is not None:  # a resumed run that has nothing left to train
+        return finished
+    run.start()  # the first write to out_dir: log.txt, Ctrl-C handler, progress bar
+    try:
+        return run.loop()  # evaluate and checkpoint every eval_interval, train in between
+    finally:
+        run.close()  # progress bar, Ctrl-C handler and DDP put back, also after an error
 
-    data_dir, meta = prepare_data(cfg["dataset"]) if master or not ddp else (None, None)
-    if ddp:  # rank 0 may have just made the data: everyone reads it after
-        torch.distributed.barrier()
-        data_dir, meta = prepare_data(cfg["dataset"])
-    check_data(data_dir, meta, cfg["block_size"])
-    if "example_len" in meta and cfg["block_size"] != meta["example_len"] - 1:
-        # windows start at example boundaries: a longer one would not exist, a shorter one would cut off the
-        # key and the answer, which come last
-        raise InputError(f"{data_dir} holds examples of {meta['example_len'] - 1} tokens (+1 for the targets), not "
-                         f"block_size={cfg['block_size']}: use --block_size={meta['example_len'] - 1} or a "
-                         f"passkey set of that length (--dataset=passkey_{meta['tokenizer']}_{cfg['block_size']}, "
-                         f"made on the fly)")
 
-    # model: from scratch or resumed from out_dir/ckpt.pt (or the earlier ckpt.pt.prev if that cannot be read)
-    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-    ckpt, keep_previous, last_saved = None, False, None
-    if cfg["init_from"] == "resume":
-        resumed_from, ckpt, note = load_resume_checkpoint(cfg["out_dir"])
-        if note and master:
+class Run:
+    """The state one training run shares between the steps of train(): self.cfg (the settings, completed),
+    the device (dev, device_type, dtype, ctx, ddp, rank, world, master), the data (data_dir, meta), the model
+    (model: compiled/DDP-wrapped; raw_model: the GPT itself), the optimizer, and the progress (iter_num,
+    best_val_loss, history, prior_history, last_saved)."""
+
+    def __init__(self, cfg):
+        self.cfg = dict(cfg)
+        self.settings = dict(cfg)  # what checkpoints record: the settings as given, the model's own below
+        self.bar, self.catch_ctrl_c, self.previous_handler, self.interrupted = None, False, None, []
+
+    # ---------------------------------------------------------------- setup: settings, device, dtype, DDP
+
+    def setup(self):
+        cfg = self.cfg
+        check_settings(cfg)  # everything is checked (settings, data, checkpoint, model) before out_dir is written
+        cfg["lr_decay_iters"] = cfg["lr_decay_iters"] or cfg["max_iters"]
+        cfg["min_lr"] = cfg["learning_rate"] / 10 if cfg["min_lr"] is None else cfg["min_lr"]
+        # DDP: launched by torchrun, which sets RANK, LOCAL_RANK and WORLD_SIZE
+        self.ddp = int(os.environ.get("RANK", -1)) != -1
+        dev = cfg["device"]
+        if dev == "auto":
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+        self.rank, self.world = 0, 1
+        if self.ddp:
+            from torch.distributed import init_process_group
+            init_process_group(backend=cfg["backend"] if dev.startswith("cuda") else "gloo")
+            self.rank, self.world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            if dev.startswith("cuda"):
+                dev = f"cuda:{os.environ['LOCAL_RANK']}"
+                torch.cuda.set_device(dev)
+            if cfg["gradient_accumulation_steps"] % self.world != 0:
+                raise InputError(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} must be a "
+                                 f"multiple of the number of processes ({self.world})")
+            cfg["gradient_accumulation_steps"] //= self.world
+        self.dev, self.master = dev, self.rank == 0
+        self.device_type = "cuda" if dev.startswith("cuda") else "cpu"
+        dtype = cfg["dtype"]
+        if dtype == "auto":
+            dtype = "bfloat16" if self.device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+        if self.device_type == "cpu" and dtype != "float32":
+            raise InputError(f"dtype={dtype} needs a CUDA device (on CPU nanoPE trains in float32): use --dtype=auto")
+        if self.device_type == "cpu" and cfg["attn_impl"] == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise InputError("attn_impl='triton' runs on CUDA (on CPU only under TRITON_INTERPRET=1, for testing): "
+                             "use --attn_impl=torch")
+        self.dtype = dtype
+        ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+        self.ctx = nullcontext() if self.device_type == "cpu" else torch.amp.autocast(self.device_type, ptdtype)
+        if self.device_type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        torch.manual_seed(cfg["seed"] + self.rank)
+        self.tokens_per_iter = cfg["gradient_accumulation_steps"] * self.world * cfg["batch_size"] * cfg["block_size"]
+
+    def load_data(self):
+        cfg = self.cfg
+        data_dir, meta = prepare_data(cfg["dataset"]) if self.master or not self.ddp else (None, None)
+        if self.ddp:  # rank 0 may have just made the data: everyone reads it after
+            torch.distributed.barrier()
+            data_dir, meta = prepare_data(cfg["dataset"])
+        check_data(data_dir, meta, cfg["block_size"])
+        if "example_len" in meta and cfg["block_size"] != meta["example_len"] - 1:
+            # windows start at example boundaries: a longer one would not exist, a shorter one would cut off the
+            # key and the answer, which come last
+            raise InputError(f"{data_dir} holds examples of {meta['example_len'] - 1} tokens (+1 for the targets), "
+                             f"not block_size={cfg['block_size']}: use --block_size={meta['example_len'] - 1} or a "
+                             f"passkey set of that length (--dataset=passkey_{meta['tokenizer']}_{cfg['block_size']}, "
+                             f"made on the fly)")
+        self.data_dir, self.meta = data_dir, meta
+
+    # ---------------------------------------------------------------- init or resume
+
+    def init_or_resume(self):
+        """Build the model and optimizer, from scratch or from out_dir/ckpt.pt (or the earlier ckpt.pt.prev if that
+        cannot be read). Returns the final losses if a resumed run has nothing left to train, else None."""
+        cfg = self.cfg
+        self.ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+        self.keep_previous, self.last_saved, self.log_size = False, None, None
+        ckpt = None
+        if cfg["init_from"] == "resume":
+            ckpt, finished = self.read_checkpoint()
+            if finished is not None:
+                return finished
+        else:  # scratch: an earlier run's ckpt.pt becomes ckpt.pt.prev at this run's first save, never overwritten
+            self.keep_previous = os.path.isfile(self.ckpt_path) and cfg["max_iters"] > 0 and not cfg["eval_only"]
+            self.model_args = model_args_of(cfg, self.meta)
+        model = build_model(self.model_args)
+        if self.keep_previous and os.path.exists(prev_path(self.ckpt_path)):
+            raise InputError(f"{cfg['out_dir']} holds a run (ckpt.pt) and an earlier one (ckpt.pt.prev): a new run "
+                             f"there would replace one. Go on with it (--init_from=resume), use a new --out_dir, or "
+                             f"delete {prev_path(self.ckpt_path)}")
+        if self.keep_previous and self.master:
+            print(f"{cfg['out_dir']} holds another run: its ckpt.pt becomes ckpt.pt.prev when this run saves its "
+                  f"first checkpoint (to go on with that run use --init_from=resume; for a new one, a new --out_dir)")
+        self.settings.update({k: v for k, v in self.model_args.items() if k in self.settings})
+        if ckpt is not None:
+            model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()})
+        model.to(self.dev)
+        self.lr_mults = {"bam_shape": cfg["bam_shape_lr_mult"], "bam_scale": cfg["bam_scale_lr_mult"],
+                         "ssmax": cfg["ssmax_lr_mult"]}
+        self.optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
+                                                    (cfg["beta1"], cfg["beta2"]), self.device_type, self.lr_mults)
+        self.iter_num, self.best_val_loss, self.history, self.prior_history = 0, 1e9, [], []
+        if ckpt is not None:
+            self.restore(ckpt)
+        self.scaler = torch.amp.GradScaler(self.device_type, enabled=(self.dtype == "float16"))
+        self.raw_model = self.model = model
+        if cfg["compile"]:
+            self.model = torch.compile(model)
+        if self.ddp:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            self.model = DDP(self.model, device_ids=[int(os.environ["LOCAL_RANK"])] if self.device_type == "cuda"
+                             else None)
+        return None
+
+    def read_checkpoint(self):
+        """The checkpoint to resume from, its model settings in self.model_args and self.cfg. Returns (ckpt, None),
+        or (ckpt, final losses) if it is already at max_iters."""
+        cfg = self.cfg
+        self.resumed_from, ckpt, note = load_resume_checkpoint(cfg["out_dir"])
+        if note and self.master:
             print(note)
-        if ckpt["tokenizer"] != meta["tokenizer"]:
+        if ckpt["tokenizer"] != self.meta["tokenizer"]:
             raise InputError(f"the checkpoint was trained with the {ckpt['tokenizer']!r} tokenizer but dataset "
-                             f"{cfg['dataset']!r} uses {meta['tokenizer']!r}: pick a dataset in the checkpoint's tokenizer")
-        model_args = ckpt["model_args"]
-        ignored = [f"{k}={cfg[k]!r} (checkpoint: {v!r})" for k, v in model_args.items()
+                             f"{cfg['dataset']!r} uses {self.meta['tokenizer']!r}: pick a dataset in the checkpoint's "
+                             f"tokenizer")
+        self.model_args = ckpt["model_args"]
+        ignored = [f"{k}={cfg[k]!r} (checkpoint: {v!r})" for k, v in self.model_args.items()
                    if cfg.get(k) is not None and cfg[k] != v]
-        if ignored and master:
+        if ignored and self.master:
             print(f"resume: the model is the checkpoint's; ignoring {', '.join(ignored)}")
-        cfg.update({k: v for k, v in model_args.items() if k in cfg})
+        cfg.update({k: v for k, v in self.model_args.items() if k in cfg})
         if ckpt["iter_num"] >= cfg["max_iters"] and not cfg["eval_only"]:
-            if master:
-                print(f"{resumed_from} is at iteration {ckpt['iter_num']}, max_iters={cfg['max_iters']}: nothing to "
-                      f"train (raise --max_iters to go on)")
+            if self.master:
+                print(f"{self.resumed_from} is at iteration {ckpt['iter_num']}, max_iters={cfg['max_iters']}: nothing "
+                      f"to train (raise --max_iters to go on)")
             _, train_loss, val_loss = ckpt["history"][-1]
-            return {"train": train_loss, "val": val_loss}
-    else:  # scratch: an earlier run's ckpt.pt becomes ckpt.pt.prev at this run's first save, never overwritten
-        keep_previous = os.path.isfile(ckpt_path) and cfg["max_iters"] > 0 and not cfg["eval_only"]
-        vocab = meta["vocab_size"] if cfg["vocab_size"] is None else cfg["vocab_size"]
-        if cfg["vocab_size"] is None and meta["vocab_size"] > 1000:
-            vocab = (vocab + 63) // 64 * 64  # pad GPT-2's 50257 to 50304 for faster matmuls
-        if vocab < meta["vocab_size"]:
-            raise InputError(f"vocab_size={vocab} is smaller than the dataset's tokenizer ({meta['vocab_size']})")
-        model_args = {k: cfg[k] for k in MODEL_KEYS if k in cfg}
-        model_args["vocab_size"] = vocab
-    model = build_model(model_args)
-    if keep_previous and os.path.exists(prev_path(ckpt_path)):
-        raise InputError(f"{cfg['out_dir']} holds a run (ckpt.pt) and an earlier one (ckpt.pt.prev): a new run there "
-                         f"would replace one. Go on with it (--init_from=resume), use a new --out_dir, or delete "
-                         f"{prev_path(ckpt_path)}")
-    if keep_previous and master:
-        print(f"{cfg['out_dir']} holds another run: its ckpt.pt becomes ckpt.pt.prev when this run saves its first "
-              f"checkpoint (to go on with that run use --init_from=resume; for a new one, a new --out_dir)")
-    settings.update({k: v for k, v in model_args.items() if k in settings})
-    if ckpt is not None:
-        model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()})
-    model.to(dev)
-    lr_mults = {"bam_shape": cfg["bam_shape_lr_mult"], "bam_scale": cfg["bam_scale_lr_mult"],
-                "ssmax": cfg["ssmax_lr_mult"]}
-    optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
-                                           (cfg["beta1"], cfg["beta2"]), device_type, lr_mults)
-    iter_num, best_val_loss, history, prior_history = 0, 1e9, [], []
-    if ckpt is not None:
-        optimizer.load_state_dict(ckpt["optimizer"])
-        for group in optimizer.param_groups:  # the multipliers of this run's settings
-            group["lr_mult"] = lr_mults.get(group["name"], 1.0)
-        iter_num, best_val_loss, history = ckpt["iter_num"], ckpt["best_val_loss"], ckpt["history"]
-        prior_history = ckpt.get("prior_history", [])
+            return ckpt, {"train": train_loss, "val": val_loss}
+        return ckpt, None
+
+    def restore(self, ckpt):
+        """The optimizer, the progress and every process's random state from the checkpoint."""
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        for group in self.optimizer.param_groups:  # the multipliers of this run's settings
+            group["lr_mult"] = self.lr_mults.get(group["name"], 1.0)
+        self.iter_num, self.best_val_loss, self.history = ckpt["iter_num"], ckpt["best_val_loss"], ckpt["history"]
+        self.prior_history = ckpt.get("prior_history", [])
         # every process goes on with its own random state (batches, dropout), saved by rank
         rng_states = ckpt.get("rng_states") or [(ckpt["rng_cpu"], ckpt.get("rng_cuda"))]
-        if len(rng_states) == world:
-            rng_cpu, rng_cuda = rng_states[rank]
+        if len(rng_states) == self.world:
+            rng_cpu, rng_cuda = rng_states[self.rank]
             torch.set_rng_state(rng_cpu)
-            if device_type == "cuda" and rng_cuda is not None:
+            if self.device_type == "cuda" and rng_cuda is not None:
                 torch.cuda.set_rng_state(rng_cuda)
         else:
-            torch.manual_seed(cfg["seed"] + rank + world * iter_num)
-            if master:
-                print(f"resume: the checkpoint was written by {len(rng_states)} process(es), this run has {world}: "
-                      f"new random streams (batches differ from an uninterrupted run)")
-        last_saved = (resumed_from, iter_num)
+            torch.manual_seed(self.cfg["seed"] + self.rank + self.world * self.iter_num)
+            if self.master:
+                print(f"resume: the checkpoint was written by {len(rng_states)} process(es), this run has "
+                      f"{self.world}: new random streams (batches differ from an uninterrupted run)")
+        self.last_saved = (self.resumed_from, self.iter_num)
         # log.txt back to where this checkpoint was written (not for eval_only, or from ckpt.pt.prev: kept whole)
-        log_size = ckpt.get("log_size") if resumed_from == ckpt_path and not cfg["eval_only"] else None
-        ckpt = None  # free memory
-        if master:
-            print(f"resuming {resumed_from} at iteration {iter_num} of {cfg['max_iters']}")
-    scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
-    raw_model = model
-    if cfg["compile"]:
-        model = torch.compile(model)
-    if ddp:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        model = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None)
+        if self.resumed_from == self.ckpt_path and not self.cfg["eval_only"]:
+            self.log_size = ckpt.get("log_size")
+        if self.master:
+            print(f"resuming {self.resumed_from} at iteration {self.iter_num} of {self.cfg['max_iters']}")
 
-    if cfg["wandb_log"] and master:
-        try:
-            import wandb
-        except ImportError:
-            raise InputError("wandb_log=True needs wandb (not in requirements.txt): pip install wandb") from None
-        wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"] or
-                   f"{cfg['pos']}{'+ssmax' if cfg['ssmax'] else ''}", config=cfg)
+    # ---------------------------------------------------------------- start and end: log, Ctrl-C, DDP
 
-    os.makedirs(cfg["out_dir"], exist_ok=True)  # the first write to out_dir
-    log_file = os.path.join(cfg["out_dir"], "log.txt")
-    if cfg["init_from"] == "resume" and master:
-        truncate_log(log_file, log_size)
+    def start(self):
+        cfg = self.cfg
+        if cfg["wandb_log"] and self.master:
+            try:
+                import wandb
+            except ImportError:
+                raise InputError("wandb_log=True needs wandb (not in requirements.txt): pip install wandb") from None
+            wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"] or
+                       f"{cfg['pos']}{'+ssmax' if cfg['ssmax'] else ''}", config=cfg)
+        os.makedirs(cfg["out_dir"], exist_ok=True)  # the first write to out_dir
+        self.log_file = os.path.join(cfg["out_dir"], "log.txt")
+        if cfg["init_from"] == "resume" and self.master:
+            truncate_log(self.log_file, self.log_size)
+        self.log(f"nanoPE: pos={cfg['pos']} ssmax={cfg['ssmax']} | {self.raw_model.get_num_params() / 1e6:.2f}M "
+                 f"parameters | device {self.dev} ({self.dtype}) | {self.world} process(es) | "
+                 f"{self.tokens_per_iter:,} tokens per iteration | data {self.data_dir} ({self.meta['tokenizer']})")
+        if cfg["decay_lr"] and cfg["max_iters"] > cfg["lr_decay_iters"]:
+            self.log(f"note: the learning rate reaches min_lr at lr_decay_iters={cfg['lr_decay_iters']} and stays "
+                     f"there to max_iters={cfg['max_iters']} (--lr_decay_iters={cfg['max_iters']} stretches the "
+                     f"cosine)")
+        self.bar = tqdm(total=cfg["max_iters"], initial=self.iter_num, disable=not self.master, dynamic_ncols=True,
+                        desc="train")
+        # Ctrl-C (one process, not DDP): finish the iteration, write a checkpoint that resumes exactly, stop.
+        # A second Ctrl-C stops at once.
+        self.catch_ctrl_c = not self.ddp and threading.current_thread() is threading.main_thread()
+        if self.catch_ctrl_c:
+            self.previous_handler = signal.signal(signal.SIGINT, self.on_ctrl_c)
 
-    def log(msg):
-        if master:
+    def on_ctrl_c(self, signum, frame):
+        if self.interrupted:
+            signal.signal(signal.SIGINT, self.previous_handler)
+            raise KeyboardInterrupt
+        self.interrupted.append(True)
+        tqdm.write("Ctrl-C: checkpointing at the end of this iteration (Ctrl-C again to stop at once)")
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        if self.catch_ctrl_c:
+            signal.signal(signal.SIGINT, self.previous_handler)
+            self.catch_ctrl_c = False
+        if self.ddp:
+            from torch.distributed import destroy_process_group
+            destroy_process_group()
+            self.ddp = False
+
+    def log(self, msg):
+        if self.master:
             tqdm.write(msg)
-            with open(log_file, "a") as f:
+            with open(self.log_file, "a") as f:
                 f.write(msg + "\n")
 
-    eval_model = model.module if ddp else model  # rank 0 evaluates alone: no DDP collectives there
+    # ---------------------------------------------------------------- the loop
+
+    def loop(self):
+        """Evaluate (and checkpoint) every eval_interval iterations and at the end, train in between.
+        Returns the last evaluation's losses."""
+        cfg = self.cfg
+        self.start_iter, self.losses, self.bad_steps = self.iter_num, None, 0
+        self.t_last = time.time()
+        while True:
+            # evaluate and checkpoint (not at the iteration a resumed run starts from: it did that already)
+            if self.iter_num % cfg["eval_interval"] == 0 and (self.iter_num != self.start_iter or self.iter_num == 0) \
+                    or self.iter_num == cfg["max_iters"] or cfg["eval_only"]:
+                self.evaluate_and_save()
+            if self.iter_num >= cfg["max_iters"] or cfg["eval_only"]:
+                return self.losses
+            if self.interrupted:
+                self.stop_interrupted()
+            self.step()
 
     @torch.no_grad()
-    def estimate_loss():
+    def estimate_loss(self):
+        """Mean loss over eval_iters batches of each split (rank 0 evaluates alone: no DDP collectives)."""
+        cfg, eval_model = self.cfg, self.model.module if self.ddp else self.model
         out = {}
-        model.eval()
+        self.model.eval()
         for split in ("train", "val"):
             losses = torch.zeros(cfg["eval_iters"])
             for k in range(cfg["eval_iters"]):
-                X, Y = get_batch(data_dir, split, cfg["batch_size"], cfg["block_size"], meta, dev)
-                with ctx:
+                X, Y = get_batch(self.data_dir, split, cfg["batch_size"], cfg["block_size"], self.meta, self.dev)
+                with self.ctx:
                     _, loss = eval_model(X, Y)
                 losses[k] = loss.item()
             out[split] = losses.mean().item()
-        model.train()
+        self.model.train()
         return out
 
-    n_params = raw_model.get_num_params()
-    log(f"nanoPE: pos={cfg['pos']} ssmax={cfg['ssmax']} | {n_params / 1e6:.2f}M parameters | device {dev} ({dtype}) "
-        f"| {world} process(es) | {tokens_per_iter:,} tokens per iteration | data {data_dir} ({meta['tokenizer']})")
-    if cfg["decay_lr"] and cfg["max_iters"] > cfg["lr_decay_iters"]:
-        log(f"note: the learning rate reaches min_lr at lr_decay_iters={cfg['lr_decay_iters']} and stays there to "
-            f"max_iters={cfg['max_iters']} (--lr_decay_iters={cfg['max_iters']} stretches the cosine)")
+    def evaluate_and_save(self):
+        """Evaluate; log the losses and the positional parameters (β, c, s); plot; checkpoint (rank 0)."""
+        cfg, t_eval = self.cfg, time.time()
+        if self.master:
+            losses = self.losses = self.estimate_loss()
+            if not finite(losses["train"], losses["val"]):  # stop before it is logged or saved
+                self.fail(f"non-finite evaluation loss (train {losses['train']}, val {losses['val']})", self.iter_num)
+            self.history.append([self.iter_num, losses["train"], losses["val"]])
+            self.log(f"step {self.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+            if cfg["wandb_log"]:
+                import wandb
+                wandb.log({"iter": self.iter_num, "train/loss": losses["train"], "val/loss": losses["val"]})
+            prior = self.raw_model.prior_state()
+            if prior:  # β, c and s per layer and head: in log.txt, and out_dir/priors.png for BAM
+                self.prior_history.append([self.iter_num, prior])
+                for key, per_layer in prior.items():
+                    self.log(f"  {PRIOR_NAMES[key]}: " + " | ".join(
+                        f"layer {i}: " + " ".join(f"{x:.3g}" for x in row) for i, row in enumerate(per_layer)))
+            if len(self.history) > 1:
+                plot_history(self.history, os.path.join(cfg["out_dir"], "loss.png"))
+                if "shape" in prior:
+                    plot_priors(self.prior_history, cfg["block_size"], os.path.join(cfg["out_dir"], "priors.png"))
+            self.best_val_loss = min(self.best_val_loss, losses["val"])
+        rng_states = self.all_rng_states()  # after rank 0's evaluation, which draws batches too
+        if self.master and self.iter_num > 0 and not cfg["eval_only"] and (
+                cfg["always_save_checkpoint"] or self.losses["val"] <= self.best_val_loss):
+            self.save(rng_states)
+        self.t_last += time.time() - t_eval  # tok_s counts training time only
+        if self.ddp:
+            torch.distributed.barrier()
 
-    def checkpoint(rng_states):
+    def step(self):
+        """One iteration: forward/backward with gradient accumulation, clipping, the non-finite guard, the update."""
+        cfg, model = self.cfg, self.model
+        lr = get_lr(self.iter_num, cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group["lr_mult"]
+        # DDP syncs gradients on the last micro step only
+        for micro_step in range(cfg["gradient_accumulation_steps"]):
+            if self.ddp:
+                model.require_backward_grad_sync = micro_step == cfg["gradient_accumulation_steps"] - 1
+            X, Y = get_batch(self.data_dir, "train", cfg["batch_size"], cfg["block_size"], self.meta, self.dev)
+            with self.ctx:
+                _, loss = model(X, Y)
+                loss = loss / cfg["gradient_accumulation_steps"]
+            self.scaler.scale(loss).backward()
+        grad_norm = None
+        if cfg["grad_clip"] > 0 or cfg["max_bad_steps"]:
+            self.scaler.unscale_(self.optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"] or math.inf)
+            grad_norm = None if self.scaler.is_enabled() else grad_norm  # float16: GradScaler skips overflowing steps
+        if cfg["max_bad_steps"] and not finite(loss, grad_norm):  # the guard: a sync every step
+            self.bad_steps += 1
+            self.log(f"iteration {self.iter_num + 1}: non-finite loss or gradient, step skipped ({self.bad_steps} of "
+                     f"max_bad_steps={cfg['max_bad_steps']})")
+            if self.bad_steps > cfg["max_bad_steps"]:
+                self.fail(f"more than max_bad_steps={cfg['max_bad_steps']} non-finite steps", self.iter_num + 1)
+        else:
+            self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.iter_num += 1
+        self.bar.update(1)
+        if self.iter_num % cfg["log_interval"] == 0 and self.master:
+            dt, self.t_last = time.time() - self.t_last, time.time()
+            lossf = loss.item() * cfg["gradient_accumulation_steps"]
+            if not cfg["max_bad_steps"] and not finite(lossf, grad_norm):  # every log step (the guard: every step)
+                self.fail(f"non-finite training loss ({lossf}, gradient norm "
+                          f"{None if grad_norm is None else float(grad_norm)})", self.iter_num)
+            tok_s = self.tokens_per_iter * cfg["log_interval"] / dt
+            self.bar.set_postfix(loss=f"{lossf:.4f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
+
+    # ---------------------------------------------------------------- save, interrupt, fail
+
+    def checkpoint(self, rng_states):
         """The run's state; rng_states: one (cpu, cuda) random state per process, in rank order."""
-        return {"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": model_args,
-                "iter_num": iter_num, "best_val_loss": best_val_loss, "config": settings, "history": history,
-                "prior_history": prior_history, "tokenizer": meta["tokenizer"], "rng_states": rng_states,
-                "log_size": os.path.getsize(log_file) if os.path.isfile(log_file) else 0}
+        return {"model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "model_args": self.model_args, "iter_num": self.iter_num, "best_val_loss": self.best_val_loss,
+                "config": self.settings, "history": self.history, "prior_history": self.prior_history,
+                "tokenizer": self.meta["tokenizer"], "rng_states": rng_states,
+                "log_size": os.path.getsize(self.log_file) if os.path.isfile(self.log_file) else 0}
 
-    def all_rng_states():
+    def all_rng_states(self):
         """(cpu, cuda) random state of every process, in rank order (a collective under DDP)."""
-        own = (torch.get_rng_state(), torch.cuda.get_rng_state() if device_type == "cuda" else None)
-        if not ddp:
+        own = (torch.get_rng_state(), torch.cuda.get_rng_state() if self.device_type == "cuda" else None)
+        if not self.ddp:
             return [own]
-        states = [None] * world
+        states = [None] * self.world
         torch.distributed.all_gather_object(states, own)
         return states
 
-    start_iter, losses = iter_num, None
-    bar = tqdm(total=cfg["max_iters"], initial=iter_num, disable=not master, dynamic_ncols=True, desc="train")
-    t_last = time.time()
-    # Ctrl-C (one process, not DDP): finish the iteration, write a checkpoint that resumes exactly, stop.
-    # A second Ctrl-C stops at once.
-    interrupted = []
-
-    def on_ctrl_c(signum, frame):
-        if interrupted:
-            signal.signal(signal.SIGINT, previous_handler)
-            raise KeyboardInterrupt
-        interrupted.append(True)
-        tqdm.write("Ctrl-C: checkpointing at the end of this iteration (Ctrl-C again to stop at once)")
-    catch_ctrl_c = not ddp and threading.current_thread() is threading.main_thread()
-    previous_handler = signal.signal(signal.SIGINT, on_ctrl_c) if catch_ctrl_c else None
-
-    def fail(error):
-        """Stop the run with `error` (a NanoPEError), Ctrl-C handled as before train()."""
-        bar.close()
-        if catch_ctrl_c:
-            signal.signal(signal.SIGINT, previous_handler)
-        raise error
-
-    def save(rng_states):
+    def save(self, rng_states):
         """Write the checkpoint of iteration iter_num (rank 0); never one with non-finite weights."""
-        nonlocal keep_previous, last_saved
-        if not all(torch.isfinite(p).all() for p in raw_model.parameters()):
-            fail(NonFiniteError(nonfinite_message("non-finite weights", iter_num, cfg, dtype, last_saved)))
-        try:
-            save_checkpoint(ckpt_path, checkpoint(rng_states), keep_previous)
-        except NanoPEError as e:  # the disk is full, or another write error: one line
-            fail(e)
-        if keep_previous:
-            log(f"the earlier run's checkpoint is now {prev_path(ckpt_path)}")
-        keep_previous, last_saved = False, (ckpt_path, iter_num)
+        if not all(torch.isfinite(p).all() for p in self.raw_model.parameters()):
+            self.fail("non-finite weights", self.iter_num)
+        save_checkpoint(self.ckpt_path, self.checkpoint(rng_states), self.keep_previous)  # NanoPEError: one line
+        if self.keep_previous:
+            self.log(f"the earlier run's checkpoint is now {prev_path(self.ckpt_path)}")
+        self.keep_previous, self.last_saved = False, (self.ckpt_path, self.iter_num)
 
-    bad_steps = 0  # steps skipped for a non-finite loss or gradient (max_bad_steps > 0)
-    while True:
-        # evaluate and checkpoint (not at the iteration a resumed run starts from: it did that already)
-        if iter_num % cfg["eval_interval"] == 0 and (iter_num != start_iter or iter_num == 0) or \
-                iter_num == cfg["max_iters"] or cfg["eval_only"]:
-            t_eval = time.time()
-            if master:
-                losses = estimate_loss()
-                if not finite(losses["train"], losses["val"]):  # stop before it is logged or saved
-                    fail(NonFiniteError(nonfinite_message(f"non-finite evaluation loss (train {losses['train']}, "
-                                                          f"val {losses['val']})", iter_num, cfg, dtype, last_saved)))
-                history.append([iter_num, losses["train"], losses["val"]])
-                log(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-                if cfg["wandb_log"]:
-                    wandb.log({"iter": iter_num, "train/loss": losses["train"], "val/loss": losses["val"]})
-                prior = raw_model.prior_state()
-                if prior:  # β, c and s per layer and head: in log.txt, and out_dir/priors.png for BAM
-                    prior_history.append([iter_num, prior])
-                    for key, per_layer in prior.items():
-                        log(f"  {PRIOR_NAMES[key]}: " + " | ".join(
-                            f"layer {i}: " + " ".join(f"{x:.3g}" for x in row) for i, row in enumerate(per_layer)))
-                if len(history) > 1:
-                    plot_history(history, os.path.join(cfg["out_dir"], "loss.png"))
-                    if "shape" in prior:
-                        plot_priors(prior_history, cfg["block_size"], os.path.join(cfg["out_dir"], "priors.png"))
-                best_val_loss = min(best_val_loss, losses["val"])
-            rng_states = all_rng_states()  # after rank 0's evaluation, which draws batches too
-            if master and iter_num > 0 and not cfg["eval_only"] and (
-                    cfg["always_save_checkpoint"] or losses["val"] <= best_val_loss):
-                save(rng_states)
-            t_last += time.time() - t_eval  # tok_s counts training time only
-            if ddp:
-                torch.distributed.barrier()
-        if iter_num >= cfg["max_iters"] or cfg["eval_only"]:
-            break
-        if interrupted:  # save, then stop the caller too (sweep.py must not go on with a half-trained model)
-            if iter_num == start_iter:  # no step taken: out_dir already holds this state, or nothing to keep
-                log(f"interrupted at iteration {iter_num}, before any step of this run: nothing to save")
-            elif cfg["always_save_checkpoint"]:
-                save(all_rng_states())
-                log(f"interrupted: saved {ckpt_path} at iteration {iter_num}; resume with --init_from=resume")
-            else:  # ckpt.pt holds the model of the best validation loss: keep it
-                log(f"interrupted at iteration {iter_num}; not saved (always_save_checkpoint=False keeps "
-                    f"{ckpt_path} for the best validation loss)")
-            bar.close()
-            signal.signal(signal.SIGINT, previous_handler)
-            raise KeyboardInterrupt
-        lr = get_lr(iter_num, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr * group["lr_mult"]
-        # forward/backward with gradient accumulation; DDP syncs gradients on the last micro step only
-        for micro_step in range(cfg["gradient_accumulation_steps"]):
-            if ddp:
-                model.require_backward_grad_sync = micro_step == cfg["gradient_accumulation_steps"] - 1
-            X, Y = get_batch(data_dir, "train", cfg["batch_size"], cfg["block_size"], meta, dev)
-            with ctx:
-                _, loss = model(X, Y)
-                loss = loss / cfg["gradient_accumulation_steps"]
-            scaler.scale(loss).backward()
-        grad_norm = None
-        if cfg["grad_clip"] > 0 or cfg["max_bad_steps"]:
-            scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"] or math.inf)
-            grad_norm = None if scaler.is_enabled() else grad_norm  # float16: GradScaler skips overflowing steps
-        if cfg["max_bad_steps"] and not finite(loss, grad_norm):  # the guard: a sync every step
-            bad_steps += 1
-            log(f"iteration {iter_num + 1}: non-finite loss or gradient, step skipped ({bad_steps} of "
-                f"max_bad_steps={cfg['max_bad_steps']})")
-            if bad_steps > cfg["max_bad_steps"]:
-                fail(NonFiniteError(nonfinite_message(f"more than max_bad_steps={cfg['max_bad_steps']} non-finite "
-                                                      f"steps", iter_num + 1, cfg, dtype, last_saved)))
-        else:
-            scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        iter_num += 1
-        bar.update(1)
-        if iter_num % cfg["log_interval"] == 0 and master:
-            dt = time.time() - t_last
-            t_last = time.time()
-            lossf = loss.item() * cfg["gradient_accumulation_steps"]
-            if not cfg["max_bad_steps"] and not finite(lossf, grad_norm):  # every log step (the guard: every step)
-                fail(NonFiniteError(nonfinite_message(f"non-finite training loss ({lossf}, gradient norm "
-                                                      f"{None if grad_norm is None else float(grad_norm)})",
-                                                      iter_num, cfg, dtype, last_saved)))
-            tok_s = tokens_per_iter * cfg["log_interval"] / dt
-            bar.set_postfix(loss=f"{lossf:.4f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
-    bar.close()
-    if catch_ctrl_c:
-        signal.signal(signal.SIGINT, previous_handler)
-    if ddp:
-        from torch.distributed import destroy_process_group
-        destroy_process_group()
-    return losses
+    def stop_interrupted(self):
+        """After Ctrl-C: save, then stop the caller too (sweep.py must not go on with a half-trained model)."""
+        if self.iter_num == self.start_iter:  # no step taken: out_dir already holds this state, or nothing to keep
+            self.log(f"interrupted at iteration {self.iter_num}, before any step of this run: nothing to save")
+        elif self.cfg["always_save_checkpoint"]:
+            self.save(self.all_rng_states())
+            self.log(f"interrupted: saved {self.ckpt_path} at iteration {self.iter_num}; resume with "
+                     f"--init_from=resume")
+        else:  # ckpt.pt holds the model of the best validation loss: keep it
+            self.log(f"interrupted at iteration {self.iter_num}; not saved (always_save_checkpoint=False keeps "
+                     f"{self.ckpt_path} for the best validation loss)")
+        raise KeyboardInterrupt
+
+    def fail(self, what, iter_num):
+        """Stop the run with a NonFiniteError naming what went non-finite and the last good checkpoint."""
+        raise NonFiniteError(nonfinite_message(what, iter_num, self.cfg, self.dtype, self.last_saved))
 
 
 def resume_config(argv, defaults, out_dir):
@@ -578,12 +653,14 @@ def resume_config(argv, defaults, out_dir):
 
 def main():
     argv = sys.argv[1:]
-    defaults = {k: globals()[k] for k in CONFIG_KEYS}
     if any(arg in ("-h", "--help") for arg in argv):
-        print(__doc__.strip() + "\n\nKeys and their defaults (the CPU demo):")
-        print("\n".join(f"  --{k}={v}" for k, v in defaults.items()))
+        print(__doc__.strip() + "\n\nKeys and their defaults (the CPU demo: train.py's defaults, then "
+              "config/cpu_demo.py):")
+        print("\n".join(f"  --{k}={v}" for k, v in demo_config().items()))
         return
-    cfg = get_config(argv, defaults)
+    defaults = default_config()
+    # no config file: the CPU demo (config/cpu_demo.py) under the command line's overrides
+    cfg = get_config(argv, defaults) if any(not a.startswith("--") for a in argv) else demo_config(argv)
     if cfg["init_from"] == "resume":  # the run goes on with its own settings, changed only where argv says
         cfg = resume_config(argv, defaults, cfg["out_dir"])
     print(json.dumps(cfg))

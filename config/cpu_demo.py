@@ -1,4 +1,5 @@
-# The CPU demo = train.py's defaults, written out: a 2-layer byte-level GPT with
+# The CPU demo: `python train.py` with no config file applies this file over train.py's
+# defaults (model keys: model.GPTConfig's). The one place of the demo's settings: a 2-layer byte-level GPT with
 # GGD-BAM + SSMax on the synthetic passkey set (prompts of 320 bytes, key at a
 # random depth). It learns to retrieve the key: see README for the measured time.
 # tokens per iteration = batch_size * block_size * gradient_accumulation_steps
@@ -17,6 +18,7 @@ gradient_accumulation_steps = 1
 n_layer = 2
 n_head = 4
 n_embd = 256
+bias = False
 pos = "bam"
 ssmax = True
 ssmax_init = 0.17

@@ -12,6 +12,7 @@ n_layer = 4
 n_head = 4
 n_embd = 128
 dropout = 0.1
+bias = False
 pos = "rope"
 ssmax = False
 learning_rate = 2e-3

@@ -14,6 +14,7 @@ n_layer = 4
 n_head = 4
 n_embd = 256
 dropout = 0.2
+bias = False
 pos = "rope"
 ssmax = False
 learning_rate = 1e-3

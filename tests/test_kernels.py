@@ -46,7 +46,10 @@ for problem, reason in [(TRITON_IMPORTED_TOO_EARLY, "triton was imported (by con
             raise RuntimeError(reason)
         pytest.skip(reason, allow_module_level=True)
 
+import triton.language as tl
+
 import kernels
+from attention import ssmax_factor
 from attention_bam import bam_attention_ref
 from attention_tapa import tapa_attention_ref
 
@@ -94,6 +97,23 @@ def check_against_ref(fn, ref_fn, inputs, rtol):
 
 
 # ----------------------------------------------------------------------------- GGD-BAM
+
+@triton.jit
+def _ssmax_factor_probe(pos_ptr, out_ptr, s, BLOCK: tl.constexpr):
+    """Writes kernels._ssmax_factor of BLOCK query positions: the kernels' SSMax factor on its own."""
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, kernels._ssmax_factor(tl.load(pos_ptr + offs), s, True, BLOCK))
+
+
+def test_kernel_ssmax_factor_equals_attention_ssmax_factor():
+    """One SSMax factor: the kernels' _ssmax_factor equals attention.ssmax_factor, which every torch path uses."""
+    pos = torch.tensor([0, 1, 2, 7, 100, 319, 4095, 65535] * 2, dtype=torch.int32, device=DEVICE)
+    out = torch.empty(16, device=DEVICE)
+    for s in (0.17, 1.0, 2.5):
+        _ssmax_factor_probe[(1,)](pos, out, s, BLOCK=16)
+        expected = ssmax_factor(torch.tensor([s], device=DEVICE), pos.long())[0, :, 0]
+        assert torch.allclose(out, expected, rtol=1e-6, atol=1e-7)
+
 
 @pytest.mark.parametrize("D", [16, 64])
 @pytest.mark.parametrize("ssmax", [False, True])

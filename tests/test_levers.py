@@ -17,7 +17,7 @@ from data.tokenizer import get_tokenizer
 from model import GPT, GPTConfig
 from passkey import key_attention, key_positions
 
-DEFAULTS = {k: getattr(train, k) for k in train.CONFIG_KEYS}
+DEFAULTS = train.demo_config()  # the CPU demo's settings: what `python train.py` runs
 
 
 # ---------------------------------------------------------------- per-head shape init (SPEC §1)
@@ -50,7 +50,7 @@ def test_shape_init_from_the_command_line(arg, expected):
     assert cfg["bam_shape_init"] == expected
     model = GPT(GPTConfig(**{k: cfg[k] for k in train.MODEL_KEYS if k in cfg and k != "vocab_size"}, vocab_size=257))
     for block in model.transformer.h:
-        assert torch.allclose(block.attn.prior.shape, per_head_shape_init(expected, cfg["n_head"]))
+        assert torch.allclose(block.attn.pos_bias.shape, per_head_shape_init(expected, cfg["n_head"]))
 
 
 # ---------------------------------------------------------------- optimizer groups and multipliers
@@ -60,7 +60,7 @@ def test_marked_parameters_get_their_own_groups_without_weight_decay():
     another attribute name is still found."""
     model = GPT(GPTConfig(block_size=16, vocab_size=37, n_layer=2, n_head=4, n_embd=32, pos="bam", ssmax=True))
     for block in model.transformer.h:  # rename the modules: nothing may depend on ".prior." in a name
-        block.attn.my_bias = block.attn.prior
+        block.attn.my_bias = block.attn.pos_bias
     opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu", {"bam_shape": 3.0, "ssmax": 0.0})
     groups = {g["name"]: g for g in opt.param_groups}
     assert set(groups) == {"decay", "no_decay", "bam_shape", "bam_scale", "ssmax"}
@@ -97,7 +97,7 @@ def test_lr_multipliers_scale_the_first_adamw_step(tmp_path):
         else:
             assert np.allclose(moved, lr0 * mult, rtol=1e-2), (key, moved)  # eps: |g| is small
     state = ckpt["model"]
-    assert torch.allclose(state["transformer.h.1.attn.prior.shape"], torch.tensor(after["shape"][1]))
+    assert torch.allclose(state["transformer.h.1.attn.pos_bias.shape"], torch.tensor(after["shape"][1]))
     log = (tmp_path / "log.txt").read_text()
     assert "BAM shape beta: layer 0: 0 0.333 0.667 1 | layer 1: 0 0.333 0.667 1" in log  # iteration 0
     assert (tmp_path / "priors.png").stat().st_size > 10_000
@@ -139,7 +139,7 @@ def naive_key_mass(model, ids, key_pos, start):
         qh, kh = q[:, h * D:(h + 1) * D], k[:, h * D:(h + 1) * D]
         for i in range(start, T):
             z = torch.stack([qh[i] @ kh[j] / math.sqrt(D) for j in range(i + 1)])
-            b = ggd_bias(torch.tensor([i]), torch.arange(i + 1), attn.prior.log_scale, attn.prior.shape)[h, 0]
+            b = ggd_bias(torch.tensor([i]), torch.arange(i + 1), attn.pos_bias.log_scale, attn.pos_bias.shape)[h, 0]
             p = torch.softmax(attn.ssmax.scale[h] * math.log(i + 1) * (z + b), dim=0)
             mass[h] += p[key_pos].sum() / (T - start)
     return mass

@@ -4,8 +4,11 @@ import math
 
 import pytest
 import torch
+import torch.nn as nn
 
-from attention_bam import alibi_slopes, ggd_bias, reference_attention, bam_attention_ref, SSMax
+from attention import SSMax, alibi_slopes, reference_attention
+from attention_bam import ggd_bias, bam_attention_ref
+from attention_fire import FIREBias
 from attention_tapa import tapa_scores, tapa_attention_ref
 from model import GPT, GPTConfig, POS_VARIANTS, apply_rope, sinusoidal_embedding
 
@@ -129,7 +132,7 @@ def test_ssmax_on_baselines_scales_qk_only_and_adds_alibi_after():
 def test_bam_at_init_equals_alibi():
     alibi, bam = tiny("alibi"), tiny("bam")
     missing, unexpected = bam.load_state_dict(alibi.state_dict(), strict=False)
-    assert all(".prior." in n for n in missing) and not unexpected
+    assert all(".pos_bias." in n for n in missing) and not unexpected
     x = torch.randint(0, 37, (2, 12))
     la, _ = alibi(x, x)
     lb, _ = bam(x, x)
@@ -141,7 +144,7 @@ def test_bam_with_zero_scale_equals_nope():
     bam.load_state_dict(nope.state_dict(), strict=False)
     with torch.no_grad():
         for block in bam.transformer.h:
-            block.attn.prior.log_scale.fill_(-1e4)  # c = exp(-1e4) = 0: uniform prior
+            block.attn.pos_bias.log_scale.fill_(-1e4)  # c = exp(-1e4) = 0: uniform prior
     x = torch.randint(0, 37, (2, 12))
     assert torch.allclose(nope(x, x)[0], bam(x, x)[0], atol=1e-5)
 
@@ -288,7 +291,7 @@ def test_no_weight_decay_on_prior_and_ssmax():
     opt = m.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
     no_decay = {id(p) for g in opt.param_groups if g["weight_decay"] == 0.0 for p in g["params"]}
     for name, p in m.named_parameters():
-        if ".prior." in name or ".ssmax." in name or p.dim() < 2:
+        if ".pos_bias." in name or ".ssmax." in name or p.dim() < 2:
             assert id(p) in no_decay, name
         else:
             assert id(p) not in no_decay, name
@@ -317,11 +320,11 @@ def test_negative_tapa_alpha_is_refused():
 
 
 def test_unknown_pos_lists_valid_names():
-    with pytest.raises(ValueError, match="nope, sinusoidal, learned, rope, alibi, bam, tapa"):
+    with pytest.raises(ValueError, match="nope, sinusoidal, learned, rope, alibi, bam, tapa, fire"):
         GPTConfig(pos="xpos")
 
 
-@pytest.mark.parametrize("pos", ["rope", "bam", "tapa"])
+@pytest.mark.parametrize("pos", ["rope", "bam", "tapa", "fire"])
 def test_generate_past_block_size_matches_greedy_full_forward(pos):
     m = tiny(pos, True)
     x = torch.randint(0, 37, (1, 12))
@@ -329,3 +332,109 @@ def test_generate_past_block_size_matches_greedy_full_forward(pos):
     assert out.shape == (1, 22)
     logits, _ = m(out[:, :-1], keep_last=None)
     assert torch.equal(logits[0, 11:].argmax(-1), out[0, 12:])
+
+
+# ---------------------------------------------------------------- SPEC §8: FIRE
+
+def naive_fire(fire, h, i, j):
+    """b_h(i, j) = f(ψ(i − j)/ψ(max(L, i))), ψ(x) = log(c·x + 1), f a one-hidden-layer ReLU MLP: by hand."""
+    c, L = math.exp(fire.log_c.item()), fire.threshold.item()
+    x = math.log(c * (i - j) + 1) / math.log(c * max(L, i) + 1)
+    hidden = [max(0.0, w * x + b) for w, b in zip(fire.w1.tolist(), fire.b1.tolist())]
+    return fire.b2[h].item() + sum(w * u for w, u in zip(fire.w2[h].tolist(), hidden))
+
+
+@pytest.mark.parametrize("q0", [3, 30])  # queries below and past the threshold L = 16
+def test_fire_bias_against_naive_loop(q0):
+    torch.manual_seed(6)
+    fire = FIREBias(3, train_length=16)
+    with torch.no_grad():
+        fire.log_c.fill_(math.log(0.7))
+    q_pos, k_pos = torch.arange(q0, q0 + 4), torch.arange(q0 + 4)
+    b = fire(q_pos, k_pos)
+    assert b.shape == (3, 4, q0 + 4)
+    for h in range(3):
+        for a, i in enumerate(q_pos.tolist()):
+            for j in range(i + 1):
+                assert b[h, a, j].item() == pytest.approx(naive_fire(fire, h, i, j), rel=1e-5, abs=1e-5)
+    x = fire.normalized_distance(q_pos, k_pos)
+    assert ((x >= 0) & (x <= 1)).all()
+    if q0 > 16:  # past L the normaliser is ψ(i): the first key is at normalised distance 1 for every query
+        assert torch.allclose(x[:, 0], torch.ones(4))
+
+
+def test_fire_parameters_are_marked_and_count():
+    base = dict(block_size=8, vocab_size=11, n_layer=3, n_head=4, n_embd=32)
+    assert count(dict(base, pos="fire")) - count(dict(base, pos="nope")) == 3 * (32 + 32 + 4 * 32 + 4 + 2)
+    m = GPT(GPTConfig(**base, pos="fire"))
+    opt = m.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    fire = [g for g in opt.param_groups if g["name"] == "fire"]
+    assert len(fire) == 1 and fire[0]["weight_decay"] == 0.0 and len(fire[0]["params"]) == 3 * 6
+
+
+# ---------------------------------------------------------------- the switch point: declarations, not names
+
+class Tilt(nn.Module):
+    """A bias no variant uses, b_h(i, j) = −w_h·(i − j)²/10, with a 2-D parameter (which would be decayed
+    without its marker). It declares neither `toeplitz` nor `in_ssmax`: the safe defaults apply."""
+
+    def __init__(self, n_head):
+        super().__init__()
+        self.w = nn.Parameter(torch.linspace(0.1, 0.4, n_head)[:, None])  # (H, 1)
+        self.w.optim_group = "tilt"
+
+    def forward(self, q_pos, k_pos):
+        d = (q_pos[:, None] - k_pos[None, :]).float()
+        return -self.w[:, :, None] * d[None] ** 2 / 10  # (H, Tq, Tk)
+
+
+def test_a_new_bias_module_is_applied_and_not_decayed():
+    """The attention path chooses SDPA from the layer's declarations: a bias module put in the pos_bias slot of a
+    NoPE model (under any class name) is applied, with SSMax too, and its marked parameter gets no weight decay."""
+    m = tiny("nope", ssmax=True)
+    plain = m(torch.arange(12)[None] % 37, keep_last=None)[0]
+    for block in m.transformer.h:
+        block.attn.pos_bias = Tilt(4)
+    attn = m.transformer.h[0].attn
+    torch.manual_seed(7)
+    q, k, v = torch.randn(1, 4, 3, 8), torch.randn(1, 4, 9, 8), torch.randn(1, 4, 9, 8)
+    s = attn.ssmax.scale.detach()
+    w = attn.pos_bias.w.detach()[:, 0]
+    expected = naive_attention(q, k, v, 6, lambda h, i, j: -w[h].item() * (i - j) ** 2 / 10, s, bias_in_ssmax=False)
+    assert torch.allclose(attn.attend(q, k, v, 6), expected, atol=1e-5)
+    assert not torch.allclose(m(torch.arange(12)[None] % 37, keep_last=None)[0], plain, atol=1e-3)
+    opt = m.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    groups = {g["name"]: g for g in opt.param_groups}
+    assert groups["tilt"]["weight_decay"] == 0.0 and len(groups["tilt"]["params"]) == 2
+    assert all(p.dim() >= 2 for p in groups["decay"]["params"])
+    assert not any(p is block.attn.pos_bias.w for block in m.transformer.h for p in groups["decay"]["params"])
+
+
+def test_checkpoints_with_the_old_prior_keys_load():
+    """Checkpoints written before the bias slot was named pos_bias hold the GGD prior under '.prior.'."""
+    a, b = tiny("bam"), tiny("bam", bam_shape_init=0.3)
+    old = {k.replace(".pos_bias.", ".prior."): v for k, v in a.state_dict().items()}
+    assert any(".prior." in k for k in old)
+    b.load_state_dict(old)  # strict
+    for x, y in zip(a.transformer.h, b.transformer.h):
+        assert torch.equal(x.attn.pos_bias.shape, y.attn.pos_bias.shape)
+
+
+def test_max_length_comes_from_the_position_table():
+    assert tiny("learned").max_length == 16
+    assert all(tiny(pos).max_length == math.inf for pos in POS_VARIANTS if pos != "learned")
+
+
+def test_every_spec_citation_resolves_to_a_section_of_docs_spec():
+    """Each "SPEC §N" (or "SPEC §N/§M", "§N–§M") in the code names a section "## N." of docs/spec.md."""
+    import glob
+    import os
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sections = set(re.findall(r"^## (\d+)\. ", open(os.path.join(root, "docs", "spec.md")).read(), re.M))
+    cited = set()
+    for path in glob.glob(os.path.join(root, "*.py")) + glob.glob(os.path.join(root, "data", "*.py")):
+        for ref in re.findall(r"SPEC ((?:§\d+(?:[/–-]§?\d+)*(?:, )?)+)", open(path).read()):
+            cited.update(re.findall(r"\d+", ref))
+    assert cited and cited <= sections, cited - sections
+    assert sections == {str(n) for n in range(1, 9)}

@@ -24,7 +24,7 @@ from data.tokenizer import write_meta, write_split
 from model import GPT, load_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULTS = {k: getattr(train, k) for k in train.CONFIG_KEYS}
+DEFAULTS = train.demo_config()  # the CPU demo's settings: what `python train.py` runs
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4", "--eval_iters=2",
         "--device=cpu", "--warmup_iters=2", "--learning_rate=3e-3"]
 

@@ -11,7 +11,7 @@ from data.shakespeare import prepare
 from model import load_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULTS = {k: getattr(train, k) for k in train.CONFIG_KEYS}
+DEFAULTS = train.demo_config()  # the CPU demo's settings: what `python train.py` runs
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4", "--eval_iters=2",
         "--device=cpu", "--warmup_iters=2", "--learning_rate=3e-3"]
 
@@ -53,6 +53,22 @@ def test_config_file_then_override(tmp_path):
         train.get_config([str(f)], DEFAULTS)
     with pytest.raises(FileNotFoundError):
         train.get_config([str(tmp_path / "missing.py")], DEFAULTS)
+
+
+def test_every_model_field_can_be_set_from_the_command_line():
+    """model.GPTConfig is the one source of model keys: every field is a train.py key, and --field=value (a value
+    other than its default) reaches the arguments the model is built with."""
+    from dataclasses import fields
+    from model import GPTConfig
+    change = {bool: lambda d: not d, int: lambda d: d + 3, float: lambda d: d + 0.25, str: lambda d: d + "x"}
+    for f in fields(GPTConfig):
+        assert f.name in train.CONFIG_KEYS
+        value = change[type(f.default)](f.default)
+        cfg = train.get_config([f"--{f.name}={value}"], DEFAULTS)
+        args = train.model_args_of(cfg, {"vocab_size": 257})
+        assert args[f.name] == value != f.default, f.name
+    assert train.default_config()["pos"] == GPTConfig.pos  # the defaults are GPTConfig's, the demo's come on top
+    assert DEFAULTS["pos"] == "bam" and DEFAULTS["bias"] is False
 
 
 def test_presets_parse():

@@ -1,0 +1,170 @@
+"""
+The attention core shared by every positional variant (docs/spec.md): the chunked
+reference attention with its bias and score hooks, scalable softmax (SSMax, SPEC §2)
+and ALiBi (SPEC §4). The variants' own parts live in their files: the GGD prior in
+attention_bam.py, TAPA's score in attention_tapa.py, FIRE's bias in attention_fire.py.
+
+A logit bias is a module or function bias_fn(q_pos, k_pos) -> (H, Tq, Tk) of the
+absolute query and key positions. Two class attributes tell reference_attention how to
+use it (both default to False when absent, the safe choice):
+    toeplitz   True if the bias depends on k_pos − q_pos only (ALiBi, GGD-BAM): it is then
+               evaluated on the Tq + Tk − 1 distinct distances (distance_bias), not per (i, j)
+    in_ssmax   True if SSMax scales the bias too (BAM, SPEC §2); False: added after the scaling
+
+Notation: query position i, key position j <= i, distance Δ = j − i. Positions are
+absolute, so the same code serves training, chunked prefill and decoding with a KV cache.
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# ---------------------------------------------------------------- ALiBi (SPEC §4)
+
+def alibi_slopes(n_head):
+    """ALiBi slopes, SPEC §1/§4 (Press et al. 2022).
+
+    For n_head a power of 2: slope_k = 2^(−8k/n_head), k = 1..n_head. Otherwise
+    the slopes of the nearest lower power of 2, then every other slope of the
+    power of 2 twice as large, until there are n_head of them.
+    Returns a float32 tensor of shape (n_head,). Raises ValueError if n_head < 1.
+    """
+    if n_head < 1:
+        raise ValueError(f"n_head must be >= 1, got {n_head}")
+
+    def power_of_2_slopes(n):
+        return [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
+
+    n = 2 ** int(math.floor(math.log2(n_head)))
+    slopes = power_of_2_slopes(n)
+    if n < n_head:
+        slopes += power_of_2_slopes(2 * n)[0::2][: n_head - n]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def alibi_bias(q_pos, k_pos, slopes):
+    """ALiBi bias b_h(i, j) = −slope_h·|Δ|, SPEC §4. q_pos (Tq,), k_pos (Tk,), slopes (H,) -> (H, Tq, Tk)."""
+    delta = (k_pos[None, :] - q_pos[:, None]).to(slopes.dtype)
+    return -slopes[:, None, None] * delta.abs()[None]
+
+
+class ALiBi(nn.Module):
+    """The ALiBi bias of one layer as a logit-bias module (no parameters; the slopes are a buffer that is
+    not saved). Toeplitz; with SSMax the bias is added after the scaling (SPEC §2)."""
+    toeplitz, in_ssmax = True, False
+
+    def __init__(self, n_head):
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(n_head), persistent=False)
+
+    def forward(self, q_pos, k_pos):
+        """Bias (H, Tq, Tk) for absolute positions q_pos (Tq,), k_pos (Tk,)."""
+        return alibi_bias(q_pos, k_pos, self.slopes)
+
+
+# ---------------------------------------------------------------- SSMax (SPEC §2)
+
+def ssmax_factor(scale, q_pos, dtype=None):
+    """The SSMax factor f_i = s_h·log(n_i), n_i = i + 1 keys seen by the query at absolute position i (SPEC §2).
+
+    scale: (H,) s_h; q_pos: (Tq,) positions. Returns (H, Tq, 1) in `dtype` (default scale's). The one
+    definition every path uses: kernels._ssmax_factor computes the same inside the Triton kernels, and
+    tests/test_kernels.py::test_kernel_ssmax_factor_equals_attention_ssmax_factor compares the two.
+    """
+    dtype = dtype or scale.dtype
+    return scale.to(dtype)[:, None, None] * torch.log(q_pos.to(dtype) + 1)[None, :, None]
+
+
+class SSMax(nn.Module):
+    """Scalable softmax, SPEC §2: the logits of query i are multiplied by s_h·log(n_i).
+
+    n_i = number of keys query i sees = absolute position + 1 (plain causal mask,
+    also with a KV cache). s (H,) is learnable, no weight decay, init `init`: 1.0
+    as in the BAM code, or about 1/mean(ln n) over the training context (0.168 for
+    1024 in third-party code), which keeps the factor near 1 at the training length.
+    """
+
+    def __init__(self, n_head, init=1.0):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((n_head,), float(init)))
+        self.scale.optim_group = "ssmax"  # no weight decay, own learning-rate multiplier (train.py)
+
+    def forward(self, q_pos):
+        """Factor s_h·log(q_pos + 1) of shape (H, Tq, 1) for positions q_pos (Tq,)."""
+        return ssmax_factor(self.scale, q_pos)
+
+
+# ---------------------------------------------------------------- the reference attention
+
+def distance_bias(bias_fn, q_offset, tq, tk, device):
+    """The bias of queries q_offset..q_offset+tq−1 against keys 0..tk−1 as a (H, tq, tk) tensor.
+
+    bias_fn(q_pos, k_pos) -> (H, len(q_pos), len(k_pos)) must depend on the distance
+    k_pos − q_pos only (a `toeplitz` bias: ALiBi, GGD-BAM). It is evaluated once on the
+    tq + tk − 1 distinct distances, and the (tq, tk) Toeplitz matrix is read from that
+    1-D profile through a sliding window: no pow per (i, j) pair.
+    """
+    # r[m] = bias at distance i − j = (q_offset + tq − 1) − m, for m = 0 .. tq+tk−2
+    dist = torch.arange(q_offset + tq - 1, q_offset - tk, -1, device=device)
+    r = bias_fn(torch.zeros(1, device=device), -dist)[:, 0]  # (H, tq+tk−1)
+    # window w of r is the row of query a = tq − 1 − w: flip the windows into query order
+    return r.unfold(-1, tk, 1).flip(-2)  # (H, tq, tk)
+
+
+def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bias_in_ssmax=True,
+                        bias_toeplitz=False, score_fn=None, dropout_p=0.0, chunk_size=256):
+    """Causal attention with a positional bias and/or SSMax, one chunk of queries at a time.
+
+    q: (B, H, Tq, D) at absolute positions q_offset .. q_offset+Tq−1;
+    k, v: (B, H, Tk, D) at positions 0 .. Tk−1; causal: key j is seen by query i
+    iff j <= i (lower-right aligned when q_offset = Tk − Tq).
+    Logits z_ij = q·k/√D plus bias_fn(q_pos, k_pos) → (H, tq, tk) if given. The bias may depend on
+    both positions (FIRE); bias_toeplitz=True declares it a function of k_pos − q_pos alone, which is
+    then evaluated through distance_bias. With ssmax_scale (H,), SSMax multiplies by f_i = s_h·log(i + 1)
+    either (q·k/√D + b) (bias_in_ssmax, BAM, SPEC §2) or q·k/√D alone with the bias added after
+    (ALiBi, FIRE and the other baselines). score_fn(q, k, q_pos, k_pos) → (B, H, tq, tk) replaces
+    q·k/√D + b (TAPA). The bias of a future key (j > i) is computed and then masked.
+    Memory: scores of at most (B, H, chunk_size, Tk), never Tq × Tk.
+    Returns (B, H, Tq, D) in v's dtype. Raises ValueError if Tk < q_offset + Tq.
+    """
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    if Tk < q_offset + Tq:
+        raise ValueError(f"need keys for positions up to {q_offset + Tq - 1}, got Tk={Tk}")
+    out = torch.empty_like(q, dtype=v.dtype)
+    for c0 in range(0, Tq, chunk_size):
+        c1 = min(c0 + chunk_size, Tq)
+        t0, tq, tk = q_offset + c0, c1 - c0, q_offset + c1  # keys past the chunk's last query are all masked
+        q_pos, k_pos = torch.arange(t0, t0 + tq, device=q.device), torch.arange(tk, device=q.device)  # (tq,), (tk,)
+        qc, kc, vc = q[:, :, c0:c1], k[:, :, :tk], v[:, :, :tk]
+        # SSMax factor f_i = s_h·log(i + 1), and the causal mask: only the last tq keys can lie in a query's future
+        f = None
+        if ssmax_scale is not None:
+            f = ssmax_factor(ssmax_scale, q_pos, q.dtype)  # (H, tq, 1)
+        future = torch.ones(tq, tq, dtype=torch.bool, device=q.device).triu(1)  # (tq, tq)
+        if score_fn is not None:  # explicit scores (TAPA), softmax in fp32
+            z = score_fn(qc, kc, q_pos, k_pos).float()  # (B, H, tq, tk)
+            z = z if f is None else f.float() * z
+            z = torch.cat([z[..., :t0], z[..., t0:].masked_fill(future, float("-inf"))], dim=-1)
+            att = F.dropout(F.softmax(z, dim=-1), p=dropout_p) if dropout_p > 0 else F.softmax(z, dim=-1)
+            out[:, :, c0:c1] = (att @ vc.float()).to(v.dtype)
+            continue
+        # z = f·(q·k/√D + b) = (f·q)·k/√D + f·b: SSMax folds into q and the bias, SDPA does the rest
+        mask = torch.zeros(1, tq, tk, device=q.device, dtype=q.dtype)  # (1 or H, tq, tk)
+        if bias_fn is not None:
+            # a fresh tensor either way, so the in-place fills below are safe for autograd (a bias module's
+            # output may be saved for its own backward)
+            mask = distance_bias(bias_fn, t0, tq, tk, q.device) if bias_toeplitz else bias_fn(q_pos, k_pos).clone()
+        if f is not None:
+            qc = qc * f
+            if bias_fn is not None and bias_in_ssmax:
+                mask = f * mask
+        mask = mask.to(q.dtype)
+        if q.dtype == torch.float16:  # a large negative bias (a GGD shape < 0) overflows fp16 to −inf, and query 0
+            mask.clamp_(min=torch.finfo(torch.float16).min)  # (one key) would get NaN; fp32/bf16: BIAS_FLOOR
+        mask[..., t0:].masked_fill_(future, float("-inf"))
+        out[:, :, c0:c1] = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask[None], dropout_p=dropout_p)
+    return out
