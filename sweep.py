@@ -5,6 +5,7 @@ the same way, then passkey retrieval and perplexity against context length.
     python sweep.py                       # the full sweep on 2 CPU cores, writes docs/results.md and docs/*.png
     python sweep.py --only=bam+ssmax,alibi  # some variants; the tables keep the others' earlier results
     python sweep.py --quick               # a reduced version (minutes), for the tests; writes to --out_dir only
+    python sweep.py --docs_only           # rewrite results.md and the plots from out_dir/sweep.json
 
 For each variant: (1) train the CPU demo (config/cpu_demo.py, as `python train.py`
 runs it) on the synthetic passkey set and run passkey.py's evaluation at 1x..64x its
@@ -161,6 +162,7 @@ def main():
     p.add_argument("--out_dir", default=os.path.join(ROOT, "out-sweep"), help="checkpoints and raw results")
     p.add_argument("--input", default=None, help="a local tinyshakespeare.txt (default: ../shared, else download)")
     p.add_argument("--docs", default=None, help="where results.md and the plots go (default docs/, or out_dir with --quick)")
+    p.add_argument("--docs_only", action="store_true", help="train nothing: write the docs from out_dir/sweep.json")
     args = p.parse_args()
     setting = QUICK if args.quick else FULL
     docs = args.docs or (args.out_dir if args.quick else os.path.join(ROOT, "docs"))
@@ -178,7 +180,7 @@ def main():
             rows = json.load(f)["variants"]
     for pos, ssmax in VARIANTS:
         name = name_of(pos, ssmax)
-        if name in only:
+        if name in only and not args.docs_only:
             rows[name] = evaluate_variant(pos, ssmax, setting, args)
             print(f"{name}: passkey {rows[name]['passkey']}, ppl {rows[name]['ppl']}")
             with open(sweep_json, "w") as f:
