@@ -24,9 +24,31 @@ the key tiles it sees (plus, for BAM, the per-head parameter gradients). Causal
 work of (1) shrinks with pid while (2) grows, so programs are balanced. No atomics:
 the per-head sums are written as partial sums into a (3, B·H, programs) buffer,
 one slot per program, and summed by torch, so every gradient is deterministic.
+That is why the backward stays one kernel with two jobs per program, not separate
+dk/dv and dq kernels: the programs stay balanced, and each gradient (dq, dk, dv, each
+slot of the per-head sums) is written by exactly one program.
 
 On CPU the kernels run under the Triton interpreter (TRITON_INTERPRET=1 set before
 this module is imported), with 16×16 tiles so that the tests exercise the tails.
+
+Layout, grouped by method: shared helpers (launch options, fast math, tile loads and
+stores, the causal key range, the SSMax factor, the online-softmax step, input checks),
+then GGD-BAM (_bam_logits, kernels, _BAMAttention, bam_attention), then TAPA
+(_tapa_terms, kernels, _TAPAAttention, tapa_attention).
+
+To change the prior (the GGD bias b_h(i, j)), edit these places:
+  1. _bam_logits: b from Δ = j − i and the per-head parameters (and what it returns for the gradients).
+  2. _bam_bwd, part (2): the hand-derived per-head gradient sums (p_b, p_bl, ... → g_b, g_bl, g_z)
+     and their stores into DPRM; dq and dk need no change while b depends on positions only.
+  3. The packed parameter layout: PRM, (4, H) = c, β, μ, s, stacked in _BAMAttention.forward, loaded at
+     the top of _bam_fwd and _bam_bwd and passed through _bam_fwd_step to _bam_logits; DPRM,
+     (3, B·H, programs), allocated and summed in _BAMAttention.backward, which returns one gradient
+     per argument of forward.
+  4. bam_attention: its signature, the (name, tensor) pairs it checks with _check_inputs, the
+     _BAMAttention.apply call.
+  5. model.py: CausalSelfAttention.attend_triton, which calls kernels.bam_attention with the
+     GGDPrior's parameters.
+Then compare with the oracle (attention_bam.ggd_bias, bam_attention_ref): tests/test_kernels.py.
 """
 
 import contextlib
@@ -63,6 +85,8 @@ BIAS_FLOOR = tl.constexpr(BIAS_FLOOR)  # the GGD bias is floored at −1e30, as 
 FAST_MATH = tl.constexpr(HAS_TRITON and not INTERPRET)
 
 
+# ----------------------------------------------------------------------------- shared helpers
+
 def _launch_kwargs(q):
     """Tile sizes and launch options for q's dtype: (forward kwargs, backward kwargs).
 
@@ -86,8 +110,6 @@ def _launch_kwargs(q):
     return (dict(BLOCK_M=bm, BLOCK_N=bn, **common),
             dict(BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2, **common))
 
-
-# ----------------------------------------------------------------------------- shared helpers
 
 @triton.jit
 def _log2(x):
@@ -136,18 +158,11 @@ def _store(ptr, x, rows, n_rows, ROW_LEN: tl.constexpr, COL0: tl.constexpr, N_CO
 
 
 @triton.jit
-def _load_split(ptr, rows, n_rows, D: tl.constexpr, D_AMP: tl.constexpr, DA: tl.constexpr, DP: tl.constexpr):
-    """The amplitude part (columns 0 .. D_AMP−1, padded to DA) and the phase part (columns
-    D_AMP .. D−1, padded to DP) of rows of a (n_rows, D) matrix, as two tiles (TAPA)."""
-    return _load(ptr, rows, n_rows, D, 0, D_AMP, DA), _load(ptr, rows, n_rows, D, D_AMP, D - D_AMP, DP)
-
-
-@triton.jit
-def _store_split(ptr, xa, xp, rows, n_rows, D: tl.constexpr, D_AMP: tl.constexpr, DA: tl.constexpr,
-                 DP: tl.constexpr):
-    """Store the two tiles of _load_split back into their columns."""
-    _store(ptr, xa, rows, n_rows, D, 0, D_AMP, DA)
-    _store(ptr, xp, rows, n_rows, D, D_AMP, D - D_AMP, DP)
+def _causal_key_range(first_pos, Tk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """For the query tile at absolute positions first_pos .. first_pos+BLOCK_M−1: (lo, hi), with the key tiles
+    from 0 to lo seen whole by every row (no mask needed) and those from lo to hi crossing the diagonal; keys
+    from hi on are masked for every row. lo is a multiple of BLOCK_N."""
+    return (first_pos + 1) // BLOCK_N * BLOCK_N, tl.minimum(first_pos + BLOCK_M, Tk)
 
 
 @triton.jit
@@ -157,30 +172,6 @@ def _ssmax_factor(pos_i, s, HAS_SSMAX: tl.constexpr, BLOCK: tl.constexpr):
     if HAS_SSMAX:
         f = s * tl.log((pos_i + 1).to(tl.float32))
     return f
-
-
-@triton.jit
-def _bam_logits(x, y, delta, f2, c, beta, mu, sm_scale, eps, DOT_PREC: tl.constexpr):
-    """One tile of GGD-BAM logits, rows x against rows y: q against k, or k against q for a
-    transposed tile, with delta = j − i and f2 = f·log2 e broadcast the same way.
-    Returns z = f2·(s + b) (logits in log2 units), s = x·yᵀ/√D, the bias b = −c·(|Δ − μ| + ε)^β
-    computed as exp2(β·log2(|Δ − μ| + ε)) and floored at BIAS_FLOOR, and log2(|Δ − μ| + ε) (for d/dβ)."""
-    s = tl.dot(x, tl.trans(y), input_precision=DOT_PREC) * sm_scale
-    log2_dist = _log2(tl.abs(delta.to(tl.float32) - mu) + eps)
-    b = tl.maximum(-c * tl.exp2(beta * log2_dist), BIAS_FLOOR)
-    return f2 * (s + b), s, b, log2_dist
-
-
-@triton.jit
-def _tapa_terms(xa, xp, ya, yp, dist, amp_scale, ph_scale, alpha, w_diag, DOT_PREC: tl.constexpr):
-    """One tile of TAPA terms, rows (xa | xp) against rows (ya | yp) (q against k, or k against q),
-    dist = |i − j| in the same orientation. Returns the amplitude a = xa·yaᵀ/√d_amp, the weight
-    w = 2π·dist^α (w_diag at dist = 0) and the angle w·φ, φ = xp·ypᵀ/√(D − d_amp); score = a·cos(w·φ)."""
-    amp = tl.dot(xa, tl.trans(ya), input_precision=DOT_PREC) * amp_scale
-    phi = tl.dot(xp, tl.trans(yp), input_precision=DOT_PREC) * ph_scale
-    dist_pow = tl.exp2(alpha * _log2(tl.maximum(dist, 1).to(tl.float32)))  # dist^α, as exp2(α·log2 dist)
-    w = tl.where(dist == 0, w_diag, TWO_PI * dist_pow)
-    return amp, w, w * phi
 
 
 @triton.jit
@@ -197,14 +188,6 @@ def _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC: tl.constexpr):
 
 
 @triton.jit
-def _causal_key_range(first_pos, Tk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """For the query tile at absolute positions first_pos .. first_pos+BLOCK_M−1: (lo, hi), with the key tiles
-    from 0 to lo seen whole by every row (no mask needed) and those from lo to hi crossing the diagonal; keys
-    from hi on are masked for every row. lo is a multiple of BLOCK_N."""
-    return (first_pos + 1) // BLOCK_N * BLOCK_N, tl.minimum(first_pos + BLOCK_M, Tk)
-
-
-@triton.jit
 def _bwd_preprocess(O, DO, DELTA, n_rows, D: tl.constexpr, BLOCK: tl.constexpr):
     """DELTA[r] = rowsum(dO ∘ O)[r] in fp32, for O, dO viewed as (n_rows, D)."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -213,7 +196,66 @@ def _bwd_preprocess(O, DO, DELTA, n_rows, D: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(DELTA + rows, tl.sum(o * do, 1), mask=rows < n_rows)
 
 
-# ----------------------------------------------------------------------------- GGD-BAM kernels
+def _check_inputs(q, k, v, q_offset, params=()):
+    """Validate q, k, v (and the (H,) per-head tensors in params: (name, tensor) pairs)."""
+    if not HAS_TRITON:
+        raise ImportError("kernels.py needs triton: pip install triton (Linux + CUDA), or use attn_impl='torch'")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k, v must be (B, H, T, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    B, H, Tq, D = q.shape
+    if k.shape != v.shape or k.shape[:2] != (B, H) or k.shape[3] != D:
+        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; "
+                         f"need q (B, H, Tq, D) and k, v both (B, H, Tk, D)")
+    if D not in HEAD_DIMS:
+        raise InputError(f"head dim {D} is not supported by the Triton kernels (supported: {HEAD_DIMS}); "
+                         f"change n_embd/n_head, or use attn_impl='torch'")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"q, k, v must share one dtype among float32/float16/bfloat16; "
+                         f"got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not isinstance(q_offset, int) or q_offset < 0 or k.shape[2] < q_offset + Tq:
+        raise ValueError(f"need a Python int q_offset >= 0 with Tk >= q_offset + Tq; got q_offset={q_offset!r} "
+                         f"({type(q_offset).__name__}), Tq={Tq}, Tk={k.shape[2]}")
+    for name, p in params:
+        if p.shape != (H,):
+            raise ValueError(f"{name} must have shape (H,) = ({H},), got {tuple(p.shape)}")
+    devices = {t.device for t in (q, k, v)} | {p.device for _, p in params}
+    if len(devices) > 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}; "
+                         f"move them with .to(q.device)")
+    if q.device.type != "cuda" and not INTERPRET:
+        raise RuntimeError(f"the Triton kernels need CUDA tensors, got {q.device}: set TRITON_INTERPRET=1 to run "
+                           f"the kernels on CPU, or use attn_impl='torch' (set it before kernels is imported)")
+
+
+def _device_of(q):
+    """Triton launches on the current CUDA device: make it q's (cuda:1 without torch.cuda.set_device).
+    The backward needs no guard: autograd runs it on the device of its tensors."""
+    return torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext()
+
+
+def _row_sums(o, do):
+    """rowsum(dO ∘ O) in fp32, (B·H·Tq,): the Δ of the FlashAttention backward."""
+    n_rows, D = o.numel() // o.shape[-1], o.shape[-1]
+    delta = torch.empty(n_rows, device=o.device, dtype=torch.float32)
+    _bwd_preprocess[(triton.cdiv(n_rows, 64),)](o, do, delta, n_rows, D=D, BLOCK=64)
+    return delta
+
+
+# ----------------------------------------------------------------------------- GGD-BAM
+# The per-head parameters travel packed: PRM is (4, H) = c = exp(log_scale), β, μ, s (s = 1 without SSMax),
+# and the backward writes the gradients of log_scale, shape and ssmax_scale into DPRM, (3, B·H, programs).
+
+@triton.jit
+def _bam_logits(x, y, delta, f2, c, beta, mu, sm_scale, eps, DOT_PREC: tl.constexpr):
+    """One tile of GGD-BAM logits, rows x against rows y: q against k, or k against q for a
+    transposed tile, with delta = j − i and f2 = f·log2 e broadcast the same way.
+    Returns z = f2·(s + b) (logits in log2 units), s = x·yᵀ/√D, the bias b = −c·(|Δ − μ| + ε)^β
+    computed as exp2(β·log2(|Δ − μ| + ε)) and floored at BIAS_FLOOR, and log2(|Δ − μ| + ε) (for d/dβ)."""
+    s = tl.dot(x, tl.trans(y), input_precision=DOT_PREC) * sm_scale
+    log2_dist = _log2(tl.abs(delta.to(tl.float32) - mu) + eps)
+    b = tl.maximum(-c * tl.exp2(beta * log2_dist), BIAS_FLOOR)
+    return f2 * (s + b), s, b, log2_dist
+
 
 @triton.jit
 def _bam_fwd_step(q, K, V, start_n, pos_i, f2, c, beta, mu, sm_scale, eps, m_i, l_i, acc, Tk, D: tl.constexpr,
@@ -362,9 +404,103 @@ def _bam_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, PRM, DPRM, q_offset, Tq, Tk, H
         tl.store(slot + 2 * n_slots, tl.sum(log_n * g_z, 0))
 
 
-# ----------------------------------------------------------------------------- TAPA kernels
+class _BAMAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, log_scale, shape, mu, ssmax_scale, q_offset):
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        (B, H, Tq, D), Tk = q.shape, k.shape[2]
+        s = ssmax_scale if ssmax_scale is not None else torch.ones_like(shape)
+        prm = torch.stack([log_scale.exp(), shape, mu, s]).float().contiguous()  # (4, H): c, β, μ, s
+        o = torch.empty_like(q)
+        lse = torch.empty(B * H, Tq, device=q.device, dtype=torch.float32)  # log2-sum-exp2 per row
+        fwd, _ = _launch_kwargs(q)
+        _bam_fwd[(triton.cdiv(Tq, fwd["BLOCK_M"]), B * H)](
+            q, k, v, o, lse, prm, q_offset, Tq, Tk, H, 1.0 / math.sqrt(D), GGD_EPS,
+            HAS_SSMAX=ssmax_scale is not None, D=D, **fwd)
+        ctx.save_for_backward(q, k, v, o, lse, prm)
+        ctx.q_offset, ctx.has_ssmax = q_offset, ssmax_scale is not None
+        ctx.dtypes = (log_scale.dtype, shape.dtype, s.dtype)
+        return o
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable  # no double backward: a clear error, not a wrong gradient
+    def backward(ctx, do):
+        q, k, v, o, lse, prm = ctx.saved_tensors
+        (B, H, Tq, D), Tk = q.shape, k.shape[2]
+        _, bwd = _launch_kwargs(q)
+        n_prog = max(triton.cdiv(Tk, bwd["BLOCK_N1"]), triton.cdiv(Tq, bwd["BLOCK_M2"]))
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dprm = torch.zeros(3, B * H, n_prog, device=q.device, dtype=torch.float32)  # per-program partial sums
+        do = do.contiguous()
+        _bam_bwd[(n_prog, B * H)](
+            q, k, v, do, dq, dk, dv, lse, _row_sums(o, do), prm, dprm, ctx.q_offset, Tq, Tk, H,
+            1.0 / math.sqrt(D), GGD_EPS, HAS_SSMAX=ctx.has_ssmax, D=D, **bwd)
+        d_log_scale, d_shape, d_ssmax = dprm.view(3, B, H, n_prog).sum(dim=(1, 3))  # deterministic order
+        d_ssmax = d_ssmax.to(ctx.dtypes[2]) if ctx.has_ssmax else None
+        return dq, dk, dv, d_log_scale.to(ctx.dtypes[0]), d_shape.to(ctx.dtypes[1]), None, d_ssmax, None
+
+
+def bam_attention(q, k, v, log_scale, shape, loc=None, ssmax_scale=None, q_offset=0):
+    """GGD-BAM attention (SPEC §1), optionally with SSMax (SPEC §2), as a fused Triton kernel.
+
+    q: (B, H, Tq, D) at absolute positions q_offset .. q_offset+Tq−1; k, v: (B, H, Tk, D) at
+    positions 0 .. Tk−1; causal (key j seen by query i iff j <= i; lower-right aligned when
+    q_offset = Tk − Tq). log_scale, shape, loc, ssmax_scale: (H,) tensors (loc, ssmax_scale optional).
+    Logits z_ij = f_i·(q·k/√D + b_h(i, j)), b_h = −exp(log_scale_h)·(|j − i − μ_h| + 1e-5)^shape_h,
+    μ_h = exp(loc_h) − exp(−loc_h), f_i = ssmax_scale_h·log(i + 1) (or 1 without SSMax); softmax
+    in fp32. D in {16, 32, 64, 128}; fp32/fp16/bf16. Returns (B, H, Tq, D) in q's dtype.
+
+    Differentiable in q, k, v, log_scale, shape and ssmax_scale, not in loc (a frozen buffer in
+    SPEC §1; a loc that requires grad is refused). The per-head gradients are deterministic:
+    partial sums per program, summed by torch (no atomics). Must equal
+    attention_bam.bam_attention_ref. Under TRITON_INTERPRET=1, bf16 inputs are computed in fp32.
+    Raises ValueError for an unsupported head dim, mismatched shapes/dtypes/devices, a parameter
+    not of shape (H,), Tk < q_offset + Tq or a loc requiring grad; RuntimeError for CPU tensors
+    without TRITON_INTERPRET=1; ImportError without triton.
+    """
+    params = [("log_scale", log_scale), ("shape", shape)]
+    params += [(n, p) for n, p in (("loc", loc), ("ssmax_scale", ssmax_scale)) if p is not None]
+    _check_inputs(q, k, v, q_offset, params)
+    if loc is not None and loc.requires_grad and torch.is_grad_enabled():
+        raise ValueError("bam_attention does not differentiate loc (a frozen buffer, SPEC §1): pass loc.detach(), "
+                         "or use attention_bam.bam_attention_ref")
+    if INTERPRET and q.dtype == torch.bfloat16:  # the interpreter's tl.dot garbles bf16 (triton 3.9): use fp32
+        return bam_attention(q.float(), k.float(), v.float(), log_scale, shape, loc, ssmax_scale, q_offset).bfloat16()
+    mu = (torch.exp(loc) - torch.exp(-loc)).detach() if loc is not None else torch.zeros_like(shape).detach()
+    with _device_of(q):
+        return _BAMAttention.apply(q, k, v, log_scale, shape, mu, ssmax_scale, q_offset)
+
+
+# ----------------------------------------------------------------------------- TAPA
 # q and k are loaded as two tiles each: the amplitude part (dims 0 .. D_AMP−1, zero padded to
 # DA columns) and the phase part (dims D_AMP .. D−1, padded to DP); v and dO as one D-wide tile.
+
+@triton.jit
+def _load_split(ptr, rows, n_rows, D: tl.constexpr, D_AMP: tl.constexpr, DA: tl.constexpr, DP: tl.constexpr):
+    """The amplitude part (columns 0 .. D_AMP−1, padded to DA) and the phase part (columns
+    D_AMP .. D−1, padded to DP) of rows of a (n_rows, D) matrix, as two tiles (TAPA)."""
+    return _load(ptr, rows, n_rows, D, 0, D_AMP, DA), _load(ptr, rows, n_rows, D, D_AMP, D - D_AMP, DP)
+
+
+@triton.jit
+def _store_split(ptr, xa, xp, rows, n_rows, D: tl.constexpr, D_AMP: tl.constexpr, DA: tl.constexpr,
+                 DP: tl.constexpr):
+    """Store the two tiles of _load_split back into their columns."""
+    _store(ptr, xa, rows, n_rows, D, 0, D_AMP, DA)
+    _store(ptr, xp, rows, n_rows, D, D_AMP, D - D_AMP, DP)
+
+
+@triton.jit
+def _tapa_terms(xa, xp, ya, yp, dist, amp_scale, ph_scale, alpha, w_diag, DOT_PREC: tl.constexpr):
+    """One tile of TAPA terms, rows (xa | xp) against rows (ya | yp) (q against k, or k against q),
+    dist = |i − j| in the same orientation. Returns the amplitude a = xa·yaᵀ/√d_amp, the weight
+    w = 2π·dist^α (w_diag at dist = 0) and the angle w·φ, φ = xp·ypᵀ/√(D − d_amp); score = a·cos(w·φ)."""
+    amp = tl.dot(xa, tl.trans(ya), input_precision=DOT_PREC) * amp_scale
+    phi = tl.dot(xp, tl.trans(yp), input_precision=DOT_PREC) * ph_scale
+    dist_pow = tl.exp2(alpha * _log2(tl.maximum(dist, 1).to(tl.float32)))  # dist^α, as exp2(α·log2 dist)
+    w = tl.where(dist == 0, w_diag, TWO_PI * dist_pow)
+    return amp, w, w * phi
+
 
 @triton.jit
 def _tapa_fwd_step(q_a, q_p, K, V, start_n, pos_i, amp_scale, ph_scale, alpha, w_diag, m_i, l_i, acc, Tk,
@@ -474,89 +610,6 @@ def _tapa_bwd(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, q_offset, Tq, Tk, amp_scale, 
         _store_split(DQ, dq_a, dq_p, offs_m, Tq, D, D_AMP, DA, DP)
 
 
-# ----------------------------------------------------------------------------- checks and autograd
-
-def _check_inputs(q, k, v, q_offset, params=()):
-    """Validate q, k, v (and the (H,) per-head tensors in params: (name, tensor) pairs)."""
-    if not HAS_TRITON:
-        raise ImportError("kernels.py needs triton: pip install triton (Linux + CUDA), or use attn_impl='torch'")
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"q, k, v must be (B, H, T, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    B, H, Tq, D = q.shape
-    if k.shape != v.shape or k.shape[:2] != (B, H) or k.shape[3] != D:
-        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; "
-                         f"need q (B, H, Tq, D) and k, v both (B, H, Tk, D)")
-    if D not in HEAD_DIMS:
-        raise InputError(f"head dim {D} is not supported by the Triton kernels (supported: {HEAD_DIMS}); "
-                         f"change n_embd/n_head, or use attn_impl='torch'")
-    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise ValueError(f"q, k, v must share one dtype among float32/float16/bfloat16; "
-                         f"got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not isinstance(q_offset, int) or q_offset < 0 or k.shape[2] < q_offset + Tq:
-        raise ValueError(f"need a Python int q_offset >= 0 with Tk >= q_offset + Tq; got q_offset={q_offset!r} "
-                         f"({type(q_offset).__name__}), Tq={Tq}, Tk={k.shape[2]}")
-    for name, p in params:
-        if p.shape != (H,):
-            raise ValueError(f"{name} must have shape (H,) = ({H},), got {tuple(p.shape)}")
-    devices = {t.device for t in (q, k, v)} | {p.device for _, p in params}
-    if len(devices) > 1:
-        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}; "
-                         f"move them with .to(q.device)")
-    if q.device.type != "cuda" and not INTERPRET:
-        raise RuntimeError(f"the Triton kernels need CUDA tensors, got {q.device}: set TRITON_INTERPRET=1 to run "
-                           f"the kernels on CPU, or use attn_impl='torch' (set it before kernels is imported)")
-
-
-def _device_of(q):
-    """Triton launches on the current CUDA device: make it q's (cuda:1 without torch.cuda.set_device).
-    The backward needs no guard: autograd runs it on the device of its tensors."""
-    return torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext()
-
-
-def _row_sums(o, do):
-    """rowsum(dO ∘ O) in fp32, (B·H·Tq,): the Δ of the FlashAttention backward."""
-    n_rows, D = o.numel() // o.shape[-1], o.shape[-1]
-    delta = torch.empty(n_rows, device=o.device, dtype=torch.float32)
-    _bwd_preprocess[(triton.cdiv(n_rows, 64),)](o, do, delta, n_rows, D=D, BLOCK=64)
-    return delta
-
-
-class _BAMAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, log_scale, shape, mu, ssmax_scale, q_offset):
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        (B, H, Tq, D), Tk = q.shape, k.shape[2]
-        s = ssmax_scale if ssmax_scale is not None else torch.ones_like(shape)
-        prm = torch.stack([log_scale.exp(), shape, mu, s]).float().contiguous()  # (4, H): c, β, μ, s
-        o = torch.empty_like(q)
-        lse = torch.empty(B * H, Tq, device=q.device, dtype=torch.float32)  # log2-sum-exp2 per row
-        fwd, _ = _launch_kwargs(q)
-        _bam_fwd[(triton.cdiv(Tq, fwd["BLOCK_M"]), B * H)](
-            q, k, v, o, lse, prm, q_offset, Tq, Tk, H, 1.0 / math.sqrt(D), GGD_EPS,
-            HAS_SSMAX=ssmax_scale is not None, D=D, **fwd)
-        ctx.save_for_backward(q, k, v, o, lse, prm)
-        ctx.q_offset, ctx.has_ssmax = q_offset, ssmax_scale is not None
-        ctx.dtypes = (log_scale.dtype, shape.dtype, s.dtype)
-        return o
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable  # no double backward: a clear error, not a wrong gradient
-    def backward(ctx, do):
-        q, k, v, o, lse, prm = ctx.saved_tensors
-        (B, H, Tq, D), Tk = q.shape, k.shape[2]
-        _, bwd = _launch_kwargs(q)
-        n_prog = max(triton.cdiv(Tk, bwd["BLOCK_N1"]), triton.cdiv(Tq, bwd["BLOCK_M2"]))
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        dprm = torch.zeros(3, B * H, n_prog, device=q.device, dtype=torch.float32)  # per-program partial sums
-        do = do.contiguous()
-        _bam_bwd[(n_prog, B * H)](
-            q, k, v, do, dq, dk, dv, lse, _row_sums(o, do), prm, dprm, ctx.q_offset, Tq, Tk, H,
-            1.0 / math.sqrt(D), GGD_EPS, HAS_SSMAX=ctx.has_ssmax, D=D, **bwd)
-        d_log_scale, d_shape, d_ssmax = dprm.view(3, B, H, n_prog).sum(dim=(1, 3))  # deterministic order
-        d_ssmax = d_ssmax.to(ctx.dtypes[2]) if ctx.has_ssmax else None
-        return dq, dk, dv, d_log_scale.to(ctx.dtypes[0]), d_shape.to(ctx.dtypes[1]), None, d_ssmax, None
-
-
 class _TAPAAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, d_amp, alpha, q_offset):
@@ -584,39 +637,6 @@ class _TAPAAttention(torch.autograd.Function):
         do = do.contiguous()
         _tapa_bwd[(n_prog, B * H)](q, k, v, do, dq, dk, dv, lse, _row_sums(o, do), *ctx.args, **ctx.dims, **bwd)
         return dq, dk, dv, None, None, None
-
-
-# ----------------------------------------------------------------------------- public API
-
-def bam_attention(q, k, v, log_scale, shape, loc=None, ssmax_scale=None, q_offset=0):
-    """GGD-BAM attention (SPEC §1), optionally with SSMax (SPEC §2), as a fused Triton kernel.
-
-    q: (B, H, Tq, D) at absolute positions q_offset .. q_offset+Tq−1; k, v: (B, H, Tk, D) at
-    positions 0 .. Tk−1; causal (key j seen by query i iff j <= i; lower-right aligned when
-    q_offset = Tk − Tq). log_scale, shape, loc, ssmax_scale: (H,) tensors (loc, ssmax_scale optional).
-    Logits z_ij = f_i·(q·k/√D + b_h(i, j)), b_h = −exp(log_scale_h)·(|j − i − μ_h| + 1e-5)^shape_h,
-    μ_h = exp(loc_h) − exp(−loc_h), f_i = ssmax_scale_h·log(i + 1) (or 1 without SSMax); softmax
-    in fp32. D in {16, 32, 64, 128}; fp32/fp16/bf16. Returns (B, H, Tq, D) in q's dtype.
-
-    Differentiable in q, k, v, log_scale, shape and ssmax_scale, not in loc (a frozen buffer in
-    SPEC §1; a loc that requires grad is refused). The per-head gradients are deterministic:
-    partial sums per program, summed by torch (no atomics). Must equal
-    attention_bam.bam_attention_ref. Under TRITON_INTERPRET=1, bf16 inputs are computed in fp32.
-    Raises ValueError for an unsupported head dim, mismatched shapes/dtypes/devices, a parameter
-    not of shape (H,), Tk < q_offset + Tq or a loc requiring grad; RuntimeError for CPU tensors
-    without TRITON_INTERPRET=1; ImportError without triton.
-    """
-    params = [("log_scale", log_scale), ("shape", shape)]
-    params += [(n, p) for n, p in (("loc", loc), ("ssmax_scale", ssmax_scale)) if p is not None]
-    _check_inputs(q, k, v, q_offset, params)
-    if loc is not None and loc.requires_grad and torch.is_grad_enabled():
-        raise ValueError("bam_attention does not differentiate loc (a frozen buffer, SPEC §1): pass loc.detach(), "
-                         "or use attention_bam.bam_attention_ref")
-    if INTERPRET and q.dtype == torch.bfloat16:  # the interpreter's tl.dot garbles bf16 (triton 3.9): use fp32
-        return bam_attention(q.float(), k.float(), v.float(), log_scale, shape, loc, ssmax_scale, q_offset).bfloat16()
-    mu = (torch.exp(loc) - torch.exp(-loc)).detach() if loc is not None else torch.zeros_like(shape).detach()
-    with _device_of(q):
-        return _BAMAttention.apply(q, k, v, log_scale, shape, mu, ssmax_scale, q_offset)
 
 
 def tapa_attention(q, k, v, theta=0.5, alpha=0.1, q_offset=0):
