@@ -79,7 +79,8 @@ class GPTConfig:
             per_layer = is_per_layer(self.bam_shape_init)
             if per_layer and (len(self.bam_shape_init) != self.n_layer or self.bam_global_prior):
                 raise ValueError(f"bam_shape_init as one list per layer needs n_layer={self.n_layer} lists and "
-                                 f"bam_global_prior=False, got {self.bam_shape_init!r}")
+                                 f"bam_global_prior=False, got {self.bam_shape_init!r}: give one list per layer, "
+                                 f"or one value for all (e.g. --bam_shape_init=linear or =1)")
             for layer in range(self.n_layer if per_layer else 1):  # each raises ValueError if malformed
                 per_head_shape_init(layer_shape_init(self.bam_shape_init, layer), self.n_head)
         if self.pos == "rope" and (self.n_embd // self.n_head) % 2 != 0:

@@ -5,7 +5,7 @@ the same way, then passkey retrieval and perplexity against context length.
     python sweep.py                       # the full sweep on 2 CPU cores, writes docs/results.md and docs/*.png
     python sweep.py --only=bam+ssmax,alibi  # some variants; the tables keep the others' earlier results
     python sweep.py --quick               # a reduced version (minutes), for the tests; writes to --out_dir only
-    python sweep.py --docs_only           # rewrite results.md and the plots from out_dir/sweep.json
+    python sweep.py --docs_only           # rewrite results.md and the plots from docs/sweep.json
 
 For each variant: (1) train the CPU demo (config/cpu_demo.py, as `python train.py`
 runs it) on the synthetic passkey set and run passkey.py's evaluation at 1x..64x its
@@ -46,7 +46,8 @@ FULL = dict(passkey_iters=None, passkey_lengths=[1, 2, 4, 8, 16, 32, 64], depths
             model=[])  # the CPU demo as it is (passkey_iters None: its max_iters)
 QUICK = dict(passkey_iters=4, passkey_lengths=[1, 2], depths=2, samples=1,
              shakespeare_iters=4, ppl_lengths=[1, 2], ppl_tokens=1024,
-             model=["--n_layer=1", "--n_embd=32", "--n_head=2", "--batch_size=2", "--eval_iters=1"])
+             model=["--n_layer=1", "--n_embd=32", "--n_head=2", "--batch_size=2", "--eval_iters=1",
+                    "--bam_shape_init=linear"])  # the demo's per-layer init is for its 2 layers
 
 
 def name_of(pos, ssmax):
@@ -162,7 +163,8 @@ def main():
     p.add_argument("--out_dir", default=os.path.join(ROOT, "out-sweep"), help="checkpoints and raw results")
     p.add_argument("--input", default=None, help="a local tinyshakespeare.txt (default: ../shared, else download)")
     p.add_argument("--docs", default=None, help="where results.md and the plots go (default docs/, or out_dir with --quick)")
-    p.add_argument("--docs_only", action="store_true", help="train nothing: write the docs from out_dir/sweep.json")
+    p.add_argument("--docs_only", action="store_true",
+                   help="train nothing: write the docs from the rows in <docs>/sweep.json")
     args = p.parse_args()
     setting = QUICK if args.quick else FULL
     docs = args.docs or (args.out_dir if args.quick else os.path.join(ROOT, "docs"))
@@ -173,7 +175,7 @@ def main():
         raise InputError(f"unknown variant(s) {', '.join(unknown)} in --only; valid: {', '.join(names)}")
     os.makedirs(docs, exist_ok=True)
     os.makedirs(args.out_dir, exist_ok=True)
-    sweep_json = os.path.join(args.out_dir, "sweep.json")
+    sweep_json = os.path.join(docs, "sweep.json")  # the rows, committed beside results.md
     rows = {}
     if os.path.isfile(sweep_json):  # the variants of earlier runs stay in the tables
         with open(sweep_json) as f:
@@ -200,8 +202,10 @@ def write_docs(rows, setting, docs, args):
     score = {n: np.mean([a or 0 for a in (v[i] for i in far)]) for n, v in passkey.items()}
     baselines = [n for n in score if not n.startswith("bam")]
     heatmaps = [n for n in ("bam+ssmax", max(baselines, key=score.get) if baselines else None) if n in rows]
-    for n in heatmaps:
-        shutil.copy(os.path.join(args.out_dir, f"passkey-{n}", "passkey.png"), os.path.join(docs, f"heatmap-{n}.png"))
+    for n in heatmaps:  # from this machine's runs; rows of earlier runs keep their copies in docs
+        src = os.path.join(args.out_dir, f"passkey-{n}", "passkey.png")
+        if os.path.isfile(src):
+            shutil.copy(src, os.path.join(docs, f"heatmap-{n}.png"))
     for n in ("bam", "bam+ssmax"):
         src = os.path.join(args.out_dir, f"passkey-{n}", "priors.png")
         if n in rows and os.path.isfile(src):
