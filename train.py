@@ -1,7 +1,7 @@
 """
 Train a nanoPE GPT. With no arguments it runs the CPU demo (a small byte-level
-model with GGD-BAM + SSMax on the synthetic passkey set; about 8 minutes on 2
-CPU cores, after which it retrieves the passkey at its training length). Examples:
+model with GGD-BAM + SSMax on the synthetic passkey set; about 9 minutes on 2
+CPU cores, after which it retrieves the passkey at its training length and far past it). Examples:
 
     python train.py                                   # the CPU demo
     python train.py --pos=rope --ssmax=False --out_dir=out-rope   # the demo with another variant
