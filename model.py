@@ -54,7 +54,7 @@ class GPTConfig:
     ssmax: bool = False         # scalable softmax (SPEC §2), with any pos
     ssmax_init: float = 1.0     # s_h at init: 1.0 in the BAM code, ~1/mean(ln n) in others (SPEC §2)
     rope_base: float = 10000.0
-    bam_shape_init: object = 1.0        # β at init: a number (1 = ALiBi), "linear", one per head, or one list per layer
+    bam_shape_init: object = 1.0        # β at init: a number (1 = ALiBi), "linear", one per head, or one entry per layer
     bam_scale_init: object = "alibi"    # c at init: "alibi" slopes or a number > 0
     bam_global_prior: bool = False      # one prior shared by all layers (authors' code)
     tapa_theta: float = 0.5     # fraction of each head's dims used for amplitude
@@ -77,10 +77,9 @@ class GPTConfig:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
         if self.pos == "bam":
             per_layer = is_per_layer(self.bam_shape_init)
-            if per_layer and (len(self.bam_shape_init) != self.n_layer or self.bam_global_prior):
-                raise ValueError(f"bam_shape_init as one list per layer needs n_layer={self.n_layer} lists and "
-                                 f"bam_global_prior=False, got {self.bam_shape_init!r}: give one list per layer, "
-                                 f"or one value for all (e.g. --bam_shape_init=linear or =1)")
+            if per_layer and self.bam_global_prior:
+                raise ValueError(f"bam_shape_init gives one entry per layer ({self.bam_shape_init!r}) but "
+                                 f"bam_global_prior=True shares one prior: give one value for all layers")
             for layer in range(self.n_layer if per_layer else 1):  # each raises ValueError if malformed
                 per_head_shape_init(layer_shape_init(self.bam_shape_init, layer), self.n_head)
         if self.pos == "rope" and (self.n_embd // self.n_head) % 2 != 0:
@@ -93,13 +92,15 @@ class GPTConfig:
 
 
 def is_per_layer(shape_init):
-    """True if bam_shape_init is a list of per-layer lists, e.g. [[1, 1, 1, 1], [1, 1, 1, 0]]."""
-    return isinstance(shape_init, (list, tuple)) and len(shape_init) > 0 and isinstance(shape_init[0], (list, tuple))
+    """True if bam_shape_init gives one entry per layer: a list holding a list or a word, e.g. [1, "linear"]
+    or [[1, 1, 1, 1], [0, 1, 1, 1]]. A list of numbers alone is one value per head."""
+    return isinstance(shape_init, (list, tuple)) and any(isinstance(x, (list, tuple, str)) for x in shape_init)
 
 
 def layer_shape_init(shape_init, layer):
-    """The bam_shape_init of one layer: row `layer` of a per-layer list; any other value serves every layer."""
-    return shape_init[layer] if is_per_layer(shape_init) else shape_init
+    """The bam_shape_init of one layer. A per-layer list gives entry `layer` (a number, "linear" or one value
+    per head); layers past its end take its last entry. Any other value serves every layer."""
+    return shape_init[min(layer, len(shape_init) - 1)] if is_per_layer(shape_init) else shape_init
 
 
 def rename_prior_keys(module, state_dict, prefix, *args):

@@ -46,8 +46,7 @@ FULL = dict(passkey_iters=None, passkey_lengths=[1, 2, 4, 8, 16, 32, 64], depths
             model=[])  # the CPU demo as it is (passkey_iters None: its max_iters)
 QUICK = dict(passkey_iters=4, passkey_lengths=[1, 2], depths=2, samples=1,
              shakespeare_iters=4, ppl_lengths=[1, 2], ppl_tokens=1024,
-             model=["--n_layer=1", "--n_embd=32", "--n_head=2", "--batch_size=2", "--eval_iters=1",
-                    "--bam_shape_init=linear"])  # the demo's per-layer init is for its 2 layers
+             model=["--n_layer=1", "--n_embd=32", "--n_head=2", "--batch_size=2", "--eval_iters=1"])
 
 
 def name_of(pos, ssmax):

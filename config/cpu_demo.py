@@ -21,12 +21,12 @@ n_embd = 256
 bias = False
 pos = "bam"
 ssmax = True
-# The prior's shape β at init, one list per layer: layer 0 ALiBi (β = 1, the ALiBi slopes: local heads, whose
+# The prior's shape β at init, one entry per layer (later layers take the last): layer 0 ALiBi (β = 1, the ALiBi slopes: local heads, whose
 # previous-token features do not change with the length), layer 1 the BAM authors' "linear" init (β = 0, 1/3, 2/3,
 # 1 over the heads): head 1 (β = 1/3, c = 1/16) becomes the retrieval head, its penalty only 1.7 at 20k bytes.
 # With ALiBi everywhere (β = 1) retrieval dies past ~4x; with "linear" in both layers the first digit is found at
 # 32x but the later digits are lost (layer 0 is not local enough). docs/results.md has the screens.
-bam_shape_init = [[1, 1, 1, 1], "linear"]
+bam_shape_init = [1, "linear"]
 ssmax_init = 0.17
 learning_rate = 1e-3
 max_iters = 2000

@@ -53,6 +53,23 @@ def test_shape_init_from_the_command_line(arg, expected):
         assert torch.allclose(block.attn.pos_bias.shape, per_head_shape_init(expected, cfg["n_head"]))
 
 
+def test_one_entry_per_layer_the_last_serving_the_rest():
+    """[1, "linear"] (the demo's): layer 0 all β = 1, every later layer linspace(0, 1, H), for any n_layer and
+    n_head; a list of numbers alone stays one value per head, for every layer."""
+    for n_layer, n_head in ((1, 2), (2, 4), (3, 8)):
+        model = GPT(GPTConfig(block_size=16, vocab_size=37, n_layer=n_layer, n_head=n_head, n_embd=32, pos="bam",
+                              bam_shape_init=[1, "linear"]))
+        shapes = model.prior_state()["shape"]
+        assert shapes[0] == [1.0] * n_head
+        for row in shapes[1:]:
+            assert torch.allclose(torch.tensor(row), torch.linspace(0, 1, n_head))
+    model = GPT(GPTConfig(block_size=16, vocab_size=37, n_layer=2, n_head=4, n_embd=32, pos="bam",
+                          bam_shape_init=[0, 0.5, 1, 1]))
+    assert model.prior_state()["shape"] == [[0.0, 0.5, 1.0, 1.0]] * 2
+    with pytest.raises(ValueError, match="one entry per layer"):
+        GPTConfig(n_head=4, n_embd=32, pos="bam", bam_shape_init=[1, "linear"], bam_global_prior=True)
+
+
 # ---------------------------------------------------------------- optimizer groups and multipliers
 
 def test_marked_parameters_get_their_own_groups_without_weight_decay():
