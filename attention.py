@@ -65,6 +65,28 @@ class ALiBi(nn.Module):
         return alibi_bias(q_pos, k_pos, self.slopes)
 
 
+# ---------------------------------------------------------------- documents in a packed window (SPEC §2)
+
+def document_starts(doc_ids):
+    """The window position of the first token of each token's document: (B, T) int64.
+
+    doc_ids: (B, T) integer document ids, non-decreasing along T; equal ids mean the same document.
+    A document that began before the window starts at position 0. Query i then sees the keys
+    doc_start[b, i] <= j <= i, and SSMax's n_i = i − doc_start[b, i] + 1 (SPEC §2: n counts the keys
+    inside the query's own document). Every attention path (reference, SDPA, the Triton kernels) takes
+    doc_start, not doc_ids. Raises ValueError if doc_ids is not 2-D or decreases along T.
+    """
+    if doc_ids.dim() != 2:
+        raise ValueError(f"doc_ids must be (B, T), got shape {tuple(doc_ids.shape)}")
+    if (doc_ids[:, 1:] < doc_ids[:, :-1]).any():
+        raise ValueError("doc_ids must be non-decreasing along T (one id per document, in order)")
+    B, T = doc_ids.shape
+    new_doc = torch.ones_like(doc_ids, dtype=torch.bool)  # (B, T): True where a document begins
+    new_doc[:, 1:] = doc_ids[:, 1:] != doc_ids[:, :-1]
+    t = torch.arange(T, device=doc_ids.device).expand(B, T)
+    return torch.where(new_doc, t, 0).cummax(dim=1).values  # (B, T)
+
+
 # ---------------------------------------------------------------- SSMax (SPEC §2)
 
 def ssmax_factor(scale, q_pos, dtype=None):
