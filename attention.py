@@ -10,6 +10,11 @@ use it (both default to False when absent, the safe choice):
     toeplitz   True if the bias depends on k_pos − q_pos only (ALiBi, GGD-BAM): it is then
                evaluated on the Tq + Tk − 1 distinct distances (distance_bias), not per (i, j)
     in_ssmax   True if SSMax scales the bias too (BAM, SPEC §2); False: added after the scaling
+A bias that is not Toeplitz (FIRE) may depend on where the query's document starts; with packed
+documents it is called as bias_fn(q_pos, k_pos, doc_start=(B, Tq)) and returns (B, H, Tq, Tk).
+
+Packed documents (SPEC §2): doc_start (B, T) from document_starts masks every key outside the
+query's own document and makes SSMax count n_i inside that document.
 
 Notation: query position i, key position j <= i, distance Δ = j − i. Positions are
 absolute, so the same code serves training, chunked prefill and decoding with a KV cache.
@@ -90,14 +95,18 @@ def document_starts(doc_ids):
 # ---------------------------------------------------------------- SSMax (SPEC §2)
 
 def ssmax_factor(scale, q_pos, dtype=None):
-    """The SSMax factor f_i = s_h·log(n_i), n_i = i + 1 keys seen by the query at absolute position i (SPEC §2).
+    """The SSMax factor f_i = s_h·log(n_i), n_i = q_pos_i + 1 keys seen by query i (SPEC §2).
 
-    scale: (H,) s_h; q_pos: (Tq,) positions. Returns (H, Tq, 1) in `dtype` (default scale's). The one
-    definition every path uses: kernels._ssmax_factor computes the same inside the Triton kernels, and
-    tests/test_kernels.py::test_kernel_ssmax_factor_equals_attention_ssmax_factor compares the two.
+    scale: (H,) s_h. q_pos: the query's position counted from the first key it can see, so that
+    n_i = q_pos_i + 1: its absolute position (Tq,) under a plain causal mask or a KV cache, or its
+    position inside its document (B, Tq) with packed documents (i − doc_start[b, i]).
+    Returns (H, Tq, 1) for (Tq,) positions, (B, H, Tq, 1) for (B, Tq), in `dtype` (default scale's).
+    The one definition every path uses: kernels._ssmax_factor computes the same inside the Triton
+    kernels, and tests/test_kernels.py::test_kernel_ssmax_factor_equals_attention_ssmax_factor compares the two.
     """
     dtype = dtype or scale.dtype
-    return scale.to(dtype)[:, None, None] * torch.log(q_pos.to(dtype) + 1)[None, :, None]
+    log_n = torch.log(q_pos.to(dtype) + 1)[..., None, :, None]  # (1, Tq, 1) or (B, 1, Tq, 1)
+    return scale.to(dtype)[:, None, None] * log_n
 
 
 class SSMax(nn.Module):
@@ -137,7 +146,7 @@ def distance_bias(bias_fn, q_offset, tq, tk, device):
 
 
 def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bias_in_ssmax=True,
-                        bias_toeplitz=False, score_fn=None, dropout_p=0.0, chunk_size=256):
+                        bias_toeplitz=False, score_fn=None, dropout_p=0.0, chunk_size=256, doc_start=None):
     """Causal attention with a positional bias and/or SSMax, one chunk of queries at a time.
 
     q: (B, H, Tq, D) at absolute positions q_offset .. q_offset+Tq−1;
@@ -145,41 +154,63 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bia
     iff j <= i (lower-right aligned when q_offset = Tk − Tq).
     Logits z_ij = q·k/√D plus bias_fn(q_pos, k_pos) → (H, tq, tk) if given. The bias may depend on
     both positions (FIRE); bias_toeplitz=True declares it a function of k_pos − q_pos alone, which is
-    then evaluated through distance_bias. With ssmax_scale (H,), SSMax multiplies by f_i = s_h·log(i + 1)
+    then evaluated through distance_bias. With ssmax_scale (H,), SSMax multiplies by f_i = s_h·log(n_i)
     either (q·k/√D + b) (bias_in_ssmax, BAM, SPEC §2) or q·k/√D alone with the bias added after
     (ALiBi, FIRE and the other baselines). score_fn(q, k, q_pos, k_pos) → (B, H, tq, tk) replaces
     q·k/√D + b (TAPA). The bias of a future key (j > i) is computed and then masked.
+    doc_start: (B, T) int, from document_starts, or None. With it (packed documents, SPEC §2) query i
+    of row b sees the keys doc_start[b, i] <= j <= i only, and SSMax's n_i = i − doc_start[b, i] + 1;
+    a bias that is not Toeplitz is called with doc_start= the chunk's (B, tq) (see the module
+    docstring). Without it n_i = i + 1.
     Memory: scores of at most (B, H, chunk_size, Tk), never Tq × Tk.
-    Returns (B, H, Tq, D) in v's dtype. Raises ValueError if Tk < q_offset + Tq.
+    Returns (B, H, Tq, D) in v's dtype. Raises ValueError if Tk < q_offset + Tq, or if doc_start is
+    given with a KV cache (q_offset > 0 or Tk != Tq) or with a shape other than (B, Tq).
     """
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     if Tk < q_offset + Tq:
         raise ValueError(f"need keys for positions up to {q_offset + Tq - 1}, got Tk={Tk}")
+    if doc_start is not None and (q_offset != 0 or Tk != Tq or tuple(doc_start.shape) != (B, Tq)):
+        raise ValueError(f"doc_start (packed documents) needs a whole window: q_offset=0, Tk=Tq and doc_start of "
+                         f"shape (B, Tq)=({B}, {Tq}); got q_offset={q_offset}, Tk={Tk}, doc_start "
+                         f"{tuple(doc_start.shape)}. A KV cache takes no documents")
     out = torch.empty_like(q, dtype=v.dtype)
     for c0 in range(0, Tq, chunk_size):
         c1 = min(c0 + chunk_size, Tq)
         t0, tq, tk = q_offset + c0, c1 - c0, q_offset + c1  # keys past the chunk's last query are all masked
         q_pos, k_pos = torch.arange(t0, t0 + tq, device=q.device), torch.arange(tk, device=q.device)  # (tq,), (tk,)
         qc, kc, vc = q[:, :, c0:c1], k[:, :, :tk], v[:, :, :tk]
-        # SSMax factor f_i = s_h·log(i + 1), and the causal mask: only the last tq keys can lie in a query's future
+        # n_i − 1: the query's position counted from the first key it sees; keys of earlier documents are masked
+        n_minus_1, other_doc, ds = q_pos, None, None
+        if doc_start is not None:
+            ds = doc_start[:, c0:c1]  # (B, tq)
+            n_minus_1 = q_pos[None, :] - ds  # (B, tq)
+            other_doc = (k_pos[None, None, :] < ds[:, :, None])[:, None]  # (B, 1, tq, tk)
+        # SSMax factor f_i = s_h·log(n_i), and the causal mask: only the last tq keys can lie in a query's future
         f = None
         if ssmax_scale is not None:
-            f = ssmax_factor(ssmax_scale, q_pos, q.dtype)  # (H, tq, 1)
+            f = ssmax_factor(ssmax_scale, n_minus_1, q.dtype)  # (H, tq, 1), or (B, H, tq, 1) with documents
         future = torch.ones(tq, tq, dtype=torch.bool, device=q.device).triu(1)  # (tq, tq)
         if score_fn is not None:  # explicit scores (TAPA), softmax in fp32
             z = score_fn(qc, kc, q_pos, k_pos).float()  # (B, H, tq, tk)
             z = z if f is None else f.float() * z
             z = torch.cat([z[..., :t0], z[..., t0:].masked_fill(future, float("-inf"))], dim=-1)
+            if other_doc is not None:
+                z = z.masked_fill(other_doc, float("-inf"))
             att = F.dropout(F.softmax(z, dim=-1), p=dropout_p) if dropout_p > 0 else F.softmax(z, dim=-1)
             out[:, :, c0:c1] = (att @ vc.float()).to(v.dtype)
             continue
         # z = f·(q·k/√D + b) = (f·q)·k/√D + f·b: SSMax folds into q and the bias, SDPA does the rest
-        mask = torch.zeros(1, tq, tk, device=q.device, dtype=q.dtype)  # (1 or H, tq, tk)
+        mask = torch.zeros(1, 1, tq, tk, device=q.device, dtype=q.dtype)  # (1 or B, 1 or H, tq, tk)
         if bias_fn is not None:
             # a fresh tensor either way, so the in-place fills below are safe for autograd (a bias module's
             # output may be saved for its own backward)
-            mask = distance_bias(bias_fn, t0, tq, tk, q.device) if bias_toeplitz else bias_fn(q_pos, k_pos).clone()
+            if bias_toeplitz:
+                mask = distance_bias(bias_fn, t0, tq, tk, q.device)[None]  # (1, H, tq, tk)
+            elif ds is not None:
+                mask = bias_fn(q_pos, k_pos, doc_start=ds).clone()  # (B, H, tq, tk)
+            else:
+                mask = bias_fn(q_pos, k_pos).clone()[None]  # (1, H, tq, tk)
         if f is not None:
             qc = qc * f
             if bias_fn is not None and bias_in_ssmax:
@@ -188,5 +219,7 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bia
         if q.dtype == torch.float16:  # a large negative bias (a GGD shape < 0) overflows fp16 to −inf, and query 0
             mask.clamp_(min=torch.finfo(torch.float16).min)  # (one key) would get NaN; fp32/bf16: BIAS_FLOOR
         mask[..., t0:].masked_fill_(future, float("-inf"))
-        out[:, :, c0:c1] = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask[None], dropout_p=dropout_p)
+        if other_doc is not None:  # every query still sees itself: no row is all −inf
+            mask = mask.masked_fill(other_doc, float("-inf"))  # (B, 1 or H, tq, tk)
+        out[:, :, c0:c1] = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask, dropout_p=dropout_p)
     return out

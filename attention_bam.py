@@ -93,14 +93,18 @@ class GGDPrior(nn.Module):
         return ggd_bias(q_pos, k_pos, self.log_scale, self.shape, self.loc)
 
 
-def bam_attention_ref(q, k, v, log_scale, shape, loc=None, ssmax_scale=None, q_offset=0, chunk_size=256):
+def bam_attention_ref(q, k, v, log_scale, shape, loc=None, ssmax_scale=None, q_offset=0, chunk_size=256,
+                      doc_start=None):
     """GGD-BAM attention (SPEC §1, with SSMax SPEC §2), PyTorch reference and oracle for kernels.py.
 
     q: (B, H, Tq, D), k, v: (B, H, Tk, D); log_scale, shape, loc, ssmax_scale: (H,).
-    z_ij = f_i·(q·k/√D + b_h(i, j)) with f_i = s_h·log(i + 1) under SSMax, else f_i = 1;
-    causal softmax (lower-right aligned through q_offset). Returns (B, H, Tq, D).
-    Differentiable in every input, the prior parameters included.
+    z_ij = f_i·(q·k/√D + b_h(i, j)) with f_i = s_h·log(n_i) under SSMax, else f_i = 1;
+    causal softmax (lower-right aligned through q_offset). n_i = i + 1, or with doc_start (B, Tq)
+    (packed documents, attention.document_starts) i − doc_start[b, i] + 1, and query i then sees only
+    the keys doc_start[b, i] <= j <= i; the prior, a function of j − i, is unchanged.
+    Returns (B, H, Tq, D). Differentiable in every input, the prior parameters included.
+    Raises ValueError as attention.reference_attention (doc_start only with q_offset=0 and Tk=Tq).
     """
     return reference_attention(
         q, k, v, q_offset=q_offset, ssmax_scale=ssmax_scale, chunk_size=chunk_size, bias_toeplitz=True,
-        bias_fn=lambda qp, kp: ggd_bias(qp, kp, log_scale, shape, loc))
+        bias_fn=lambda qp, kp: ggd_bias(qp, kp, log_scale, shape, loc), doc_start=doc_start)

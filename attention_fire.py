@@ -22,6 +22,9 @@ Defaults taken here:
 - No weight decay on any FIRE parameter (optim_group "fire"): like the BAM prior, these are a
   handful of positional parameters shared by every (i, j), and decay would pull L and c to 0.
 - With SSMax the bias is added after the scaling, as for the other baselines (SPEC §2).
+- Packed documents (SPEC §2): i in ψ(max(L, i)) is the query's position inside its own document
+  (i − doc_start), so a document packed after others gets the bias it would get alone from
+  position 0; ψ(i − j) needs no change (both positions shift alike).
 """
 
 import math
@@ -56,22 +59,26 @@ class FIREBias(nn.Module):
         for p in self.parameters():
             p.optim_group = "fire"
 
-    def normalized_distance(self, q_pos, k_pos):
-        """ψ(i − j) / ψ(max(L, i)) for every (i, j): (Tq, Tk) in [0, 1] for j <= i.
+    def normalized_distance(self, q_pos, k_pos, doc_start=None):
+        """ψ(i − j) / ψ(max(L, i')) for every (i, j): (Tq, Tk), or (B, Tq, Tk) with doc_start; in [0, 1] for j <= i.
 
+        i' is the query's absolute position i, or with doc_start (B, Tq), the window position where each
+        query's document starts, its position inside its document i − doc_start[b, i].
         A future key (j > i, masked by the caller) gets distance 0, so nothing here is NaN; L is
-        floored at 1 so that ψ(max(L, i)) > 0 even at i = 0."""
+        floored at 1 so that ψ(max(L, i')) > 0 even at i' = 0."""
         i = q_pos.to(self.log_c.dtype)[:, None]  # (Tq, 1)
         dist = (i - k_pos.to(i.dtype)[None, :]).clamp(min=0)  # (Tq, Tk)
+        i_in_doc = i if doc_start is None else i[None] - doc_start.to(i.dtype)[:, :, None]  # (Tq, 1) or (B, Tq, 1)
         c = self.log_c.exp()
-        return torch.log1p(c * dist) / torch.log1p(c * torch.maximum(self.threshold.clamp(min=1), i))
+        return torch.log1p(c * dist) / torch.log1p(c * torch.maximum(self.threshold.clamp(min=1), i_in_doc))
 
-    def forward(self, q_pos, k_pos):
-        """Bias f_θ(ψ(i − j)/ψ(max(L, i))) of shape (H, Tq, Tk) for absolute positions q_pos (Tq,), k_pos (Tk,).
+    def forward(self, q_pos, k_pos, doc_start=None):
+        """Bias f_θ(ψ(i − j)/ψ(max(L, i'))) for absolute positions q_pos (Tq,), k_pos (Tk,): (H, Tq, Tk), or
+        (B, H, Tq, Tk) with doc_start (B, Tq) (packed documents: i' is the position inside the document).
 
-        The hidden units are summed one at a time: memory (H, Tq, Tk), never (hidden, Tq, Tk)."""
-        x = self.normalized_distance(q_pos, k_pos)  # (Tq, Tk)
-        out = self.b2[:, None, None].expand(-1, *x.shape)  # (H, Tq, Tk)
+        The hidden units are summed one at a time: memory (B, H, Tq, Tk), never (hidden, Tq, Tk)."""
+        x = self.normalized_distance(q_pos, k_pos, doc_start)[..., None, :, :]  # (1, Tq, Tk) or (B, 1, Tq, Tk)
+        out = self.b2[:, None, None].expand(*x.shape[:-3], -1, *x.shape[-2:])  # (H, Tq, Tk) or (B, H, Tq, Tk)
         for u in range(self.w1.shape[0]):
-            out = out + self.w2[:, u, None, None] * torch.relu(self.w1[u] * x + self.b1[u])[None]
+            out = out + self.w2[:, u, None, None] * torch.relu(self.w1[u] * x + self.b1[u])
         return out

@@ -54,14 +54,17 @@ def tapa_scores(q, k, q_pos, k_pos, theta=0.5, alpha=0.1, phase="quadratic"):
 
 
 def tapa_attention_ref(q, k, v, theta=0.5, alpha=0.1, phase="quadratic", q_offset=0,
-                       ssmax_scale=None, dropout_p=0.0, chunk_size=256):
+                       ssmax_scale=None, dropout_p=0.0, chunk_size=256, doc_start=None):
     """TAPA attention (SPEC §3), PyTorch reference and oracle for kernels.py.
 
     q: (B, H, Tq, D) at positions q_offset.., k, v: (B, H, Tk, D); causal softmax
     over tapa_scores (lower-right aligned through q_offset). With ssmax_scale (H,),
-    the scores are multiplied by s_h·log(i + 1) (SPEC §2). Returns (B, H, Tq, D).
+    the scores are multiplied by s_h·log(n_i) (SPEC §2), n_i = i + 1. With doc_start (B, Tq)
+    (packed documents, attention.document_starts) query i sees only the keys
+    doc_start[b, i] <= j <= i and n_i = i − doc_start[b, i] + 1; the scores, functions of |i − j|,
+    are unchanged. Returns (B, H, Tq, D). Raises ValueError as attention.reference_attention.
     """
     def score_fn(qc, kc, q_pos, k_pos):
         return tapa_scores(qc, kc, q_pos, k_pos, theta, alpha, phase)
     return reference_attention(q, k, v, q_offset=q_offset, score_fn=score_fn,
-                               ssmax_scale=ssmax_scale, dropout_p=dropout_p, chunk_size=chunk_size)
+                               ssmax_scale=ssmax_scale, dropout_p=dropout_p, chunk_size=chunk_size, doc_start=doc_start)

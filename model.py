@@ -22,6 +22,12 @@ POS_VARIANTS).
 Positions are absolute everywhere, so a KV cache (`cache=` in forward) gives
 chunked prefill and token-by-token decoding past block_size for every variant
 that extrapolates.
+
+Packed documents (`doc_ids=` in forward, SPEC §2): attention stays inside each document, SSMax
+counts n inside it, learned and sinusoidal embeddings take the position inside the document, and
+FIRE's normaliser too; the relative variants (RoPE, ALiBi, BAM, TAPA) see the same distances
+inside a document as alone and are unchanged. Each document then gets the logits it would get
+alone from position 0.
 """
 
 import functools
@@ -32,10 +38,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention import ALiBi, SSMax, reference_attention
+from attention import ALiBi, SSMax, document_starts, reference_attention
 from attention_bam import GGDPrior, per_head_shape_init
 from attention_fire import FIREBias
 from attention_tapa import TAPA_PHASES, tapa_scores, tapa_split
+from configurator import InputError  # a ValueError: one line in the scripts
 
 POS_VARIANTS = ("nope", "sinusoidal", "learned", "rope", "alibi", "bam", "tapa", "fire")
 ATTN_IMPLS = ("torch", "triton")
@@ -120,14 +127,14 @@ SINUSOIDAL_SCALE = 0.02 * math.sqrt(2)
 def sinusoidal_embedding(pos, dim, base=10000.0):
     """Fixed sinusoidal position embedding (Vaswani et al.), SPEC §4.
 
-    pos: (T,) absolute positions. Returns (T, dim) fp32: even dims sin(pos·ω_k),
-    odd dims cos(pos·ω_k), ω_k = base^(−2k/dim).
+    pos: (T,) positions, or (B, T) (positions inside packed documents). Returns (T, dim) or
+    (B, T, dim) fp32: even dims sin(pos·ω_k), odd dims cos(pos·ω_k), ω_k = base^(−2k/dim).
     """
     omega = base ** (-torch.arange(0, dim, 2, device=pos.device, dtype=torch.float32) / dim)  # (dim/2,)
-    angle = pos.float()[:, None] * omega[None, :]  # (T, dim/2)
-    emb = torch.zeros(len(pos), dim, device=pos.device)
-    emb[:, 0::2] = torch.sin(angle)
-    emb[:, 1::2] = torch.cos(angle[:, : dim // 2])
+    angle = pos.float()[..., None] * omega  # (..., T, dim/2)
+    emb = torch.zeros(*pos.shape, dim, device=pos.device)
+    emb[..., 0::2] = torch.sin(angle)
+    emb[..., 1::2] = torch.cos(angle[..., : dim // 2])
     return emb
 
 
@@ -146,8 +153,8 @@ def apply_rope(x, pos, base):
 
 
 class SinusoidalEmbedding(nn.Module):
-    """The fixed sinusoid of sinusoidal_embedding at the token embeddings' scale: pos (T,) -> (T, dim).
-    No parameters."""
+    """The fixed sinusoid of sinusoidal_embedding at the token embeddings' scale: pos (T,) -> (T, dim), or
+    (B, T) -> (B, T, dim). No parameters."""
 
     def __init__(self, dim):
         super().__init__()
@@ -161,6 +168,8 @@ class SinusoidalEmbedding(nn.Module):
 
 def position_embedding(config):
     """What config.pos adds to the token embeddings: a module pos (T,) -> (T, C), or None.
+
+    The module also takes (B, T) positions -> (B, T, C): the positions inside packed documents.
 
     An nn.Embedding (pos='learned') bounds the model's length to its number of rows (GPT.max_length).
     """
@@ -201,8 +210,9 @@ def attention_parts(config, layer, shared_prior=None):
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with the positional variant of config.pos.
 
-    forward(x, t0, kv=None): x (B, T, C) holds the tokens at absolute positions
-    t0 .. t0+T−1; kv is this layer's cached (k, v), each (B, H, t0, hs), or None.
+    forward(x, t0, kv=None, doc_start=None): x (B, T, C) holds the tokens at absolute positions
+    t0 .. t0+T−1; kv is this layer's cached (k, v), each (B, H, t0, hs), or None; doc_start (B, T)
+    (attention.document_starts, packed documents; not with kv) or None.
     Returns (y, (k, v)) with y (B, T, C) and the keys/values of positions 0 .. t0+T−1.
     """
 
@@ -218,7 +228,7 @@ class CausalSelfAttention(nn.Module):
         # checkpoints written before the bias slot was named pos_bias hold the GGD prior under "prior."
         self.register_load_state_dict_pre_hook(rename_prior_keys)
 
-    def forward(self, x, t0, kv=None):
+    def forward(self, x, t0, kv=None, doc_start=None):
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
@@ -229,40 +239,47 @@ class CausalSelfAttention(nn.Module):
             q, k = self.rotate(q, pos), self.rotate(k, pos)
         if kv is not None:
             k, v = torch.cat([kv[0], k], dim=2), torch.cat([kv[1], v], dim=2)  # (B, nh, t0+T, hs)
-        y = self.attend(q, k, v, t0)  # (B, nh, T, hs)
+        y = self.attend(q, k, v, t0, doc_start)  # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y)), (k, v)
 
-    def attend(self, q, k, v, t0):
+    def attend(self, q, k, v, t0, doc_start=None):
         """Causal attention of q (B, nh, T, hs) at positions t0.. over k, v (B, nh, t0+T, hs).
 
         SDPA's fused causal kernels when the layer declares no bias, no score and no SSMax; otherwise
         attention.reference_attention with the layer's pos_bias and score (attention_parts).
+        doc_start (B, T) (packed documents, t0 = 0): a query sees only the keys of its own document.
+        On the SDPA path a batch without a document boundary (doc_start all 0: every row is one document,
+        perhaps begun before the window) keeps the fused is_causal kernels; a batch with one goes through
+        reference_attention for all its rows: SDPA on chunks of queries with a (B, 1, chunk, T) mask, so
+        memory grows as B·chunk·T, never T×T. (One decision per batch, not per row: no data-dependent
+        shapes for torch.compile, and the masked kernels are exact for a row without a boundary too.)
         """
         dropout_p = self.dropout if self.training else 0.0
         s = self.ssmax.scale if self.ssmax is not None else None
         if self.config.attn_impl == "triton":
-            return self.attend_triton(q, k, v, t0, s)
-        if self.pos_bias is None and self.score is None and s is None and q.shape[2] == k.shape[2]:
+            return self.attend_triton(q, k, v, t0, s, doc_start)
+        if self.pos_bias is None and self.score is None and s is None and q.shape[2] == k.shape[2] and (
+                doc_start is None or not doc_start.any()):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
         b = self.pos_bias  # SSMax scales (q·k/√D + b) for BAM, only q·k/√D for ALiBi, FIRE and the others (SPEC §2)
         in_ssmax, toeplitz = getattr(b, "in_ssmax", False), getattr(b, "toeplitz", False)
         return reference_attention(q, k, v, t0, bias_fn=b, ssmax_scale=s, score_fn=self.score, dropout_p=dropout_p,
-                                   bias_in_ssmax=in_ssmax, bias_toeplitz=toeplitz)
+                                   bias_in_ssmax=in_ssmax, bias_toeplitz=toeplitz, doc_start=doc_start)
 
-    def attend_triton(self, q, k, v, t0, ssmax_scale):
-        """The fused kernels of kernels.py (CUDA, or CPU under TRITON_INTERPRET=1)."""
+    def attend_triton(self, q, k, v, t0, ssmax_scale, doc_start=None):
+        """The fused kernels of kernels.py (CUDA, or CPU under TRITON_INTERPRET=1): BAM and TAPA (either phase),
+        with or without SSMax, doc_start (B, T) or None. Raises InputError for attention dropout in training."""
         import kernels  # imported here so the model runs where triton is not installed
-        from configurator import InputError  # a ValueError: one line in the scripts
         cfg = self.config
         if self.training and self.dropout > 0:
             raise InputError("attn_impl='triton' has no attention dropout; set dropout=0.0 or attn_impl='torch'")
         if isinstance(self.pos_bias, GGDPrior):
             p = self.pos_bias
-            return kernels.bam_attention(q, k, v, p.log_scale, p.shape, p.loc, ssmax_scale, q_offset=t0)
-        if ssmax_scale is not None or cfg.tapa_phase != "quadratic":
-            raise InputError("the TAPA kernel implements quadratic phase without SSMax; use attn_impl='torch'")
-        return kernels.tapa_attention(q, k, v, cfg.tapa_theta, cfg.tapa_alpha, q_offset=t0)
+            return kernels.bam_attention(q, k, v, p.log_scale, p.shape, p.loc, ssmax_scale, q_offset=t0,
+                                         doc_start=doc_start)
+        return kernels.tapa_attention(q, k, v, cfg.tapa_theta, cfg.tapa_alpha, q_offset=t0, ssmax_scale=ssmax_scale,
+                                      phase=cfg.tapa_phase, doc_start=doc_start)
 
 
 class MLP(nn.Module):
@@ -289,8 +306,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, t0, kv=None):
-        a, kv = self.attn(self.ln_1(x), t0, kv)
+    def forward(self, x, t0, kv=None, doc_start=None):
+        a, kv = self.attn(self.ln_1(x), t0, kv, doc_start)
         x = x + a
         return x + self.mlp(self.ln_2(x)), kv
 
@@ -349,7 +366,7 @@ class GPT(nn.Module):
         """An empty KV cache for forward(..., cache=): one (k, v) slot per layer."""
         return [None] * self.config.n_layer
 
-    def forward(self, idx, targets=None, cache=None, keep_last=1):
+    def forward(self, idx, targets=None, cache=None, keep_last=1, doc_ids=None):
         """Logits (and loss) for the tokens idx.
 
         idx: (B, T) token ids. Without cache they sit at positions 0..T−1; with a
@@ -357,7 +374,12 @@ class GPT(nn.Module):
         targets: (B, T) ids, −1 ignored -> logits (B, T, V) and the mean cross-entropy.
         Without targets: logits of the last keep_last positions, (B, keep_last, V)
         (keep_last=None: all T), and loss None.
-        Raises ValueError for pos='learned' past block_size.
+        doc_ids: (B, T) integer document ids of packed documents (SPEC §2), non-decreasing along T, equal
+        ids = one document; a document that begins before the window counts from position 0. Each
+        document then attends only within itself, SSMax's n and the learned/sinusoidal positions (and
+        FIRE's normaliser) count from its first token: its logits are those of the document run alone.
+        Raises ValueError for pos='learned' past block_size, InputError (a ValueError) for doc_ids with
+        a cache or of another shape than idx, ValueError for decreasing doc_ids.
         """
         B, T = idx.size()
         t0 = 0 if cache is None or cache[0] is None else cache[0][0].shape[2]
@@ -365,12 +387,20 @@ class GPT(nn.Module):
             raise ValueError(f"pos={self.config.pos!r} has embeddings for block_size={self.max_length} positions, "
                              f"asked for {t0 + T}; use a variant that extrapolates or a shorter input")
         pos = torch.arange(t0, t0 + T, device=idx.device)  # (T,)
+        doc_start = None
+        if doc_ids is not None:
+            if cache is not None:
+                raise InputError("doc_ids (packed documents) are for whole windows: drop cache= or doc_ids=")
+            if doc_ids.shape != idx.shape:
+                raise InputError(f"doc_ids must have idx's shape {tuple(idx.shape)}, got {tuple(doc_ids.shape)}")
+            doc_start = document_starts(doc_ids)  # (B, T), once for every layer
+            pos = pos - doc_start  # (B, T): the position inside each token's document
         x = self.transformer.wte(idx)  # (B, T, C)
         if "wpe" in self.transformer:
-            x = x + self.transformer.wpe(pos).to(x.dtype)  # (T, C)
+            x = x + self.transformer.wpe(pos).to(x.dtype)  # (T, C) or (B, T, C)
         x = self.transformer.drop(x)
         for layer, block in enumerate(self.transformer.h):
-            x, kv = block(x, t0, None if cache is None else cache[layer])
+            x, kv = block(x, t0, None if cache is None else cache[layer], doc_start)
             if cache is not None:
                 cache[layer] = kv
         x = self.transformer.ln_f(x)

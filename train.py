@@ -57,6 +57,7 @@ wandb_run_name = None  # default: "<pos>[+ssmax]"
 dataset = "passkey_byte_320"  # a folder under data/ (or a path); the synthetic passkey_<tokenizer>_<length> is made if missing
 gradient_accumulation_steps = 1
 batch_size = 8
+document_mask = False  # attend only within each document of a window; documents begin with EOT (see document_ids)
 # AdamW and the learning-rate schedule (warmup, then cosine decay to min_lr)
 learning_rate = 1e-3
 max_iters = 2000
@@ -150,6 +151,17 @@ def get_batch(data_dir, split, batch_size, block_size, meta, device, generator=N
     if device.startswith("cuda"):
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
+
+
+def document_ids(x, eot):
+    """The document id of every token of a batch: (B, T) int64, the number of EOT tokens up to and including it.
+
+    x: (B, T) token ids whose documents each begin with the EOT id `eot` ([EOT] + tokens, as data/fineweb.py
+    writes them). Tokens before a row's first EOT belong to a document that began before the window: it
+    counts from the window's first token (its positions and SSMax's n start there). For
+    GPT.forward(doc_ids=), SPEC §2.
+    """
+    return torch.cumsum(x == eot, dim=1)
 
 
 def prepare_data(dataset_name):
@@ -271,7 +283,18 @@ class Run:
                              f"not block_size={cfg['block_size']}: use --block_size={meta['example_len'] - 1} or a "
                              f"passkey set of that length (--dataset=passkey_{meta['tokenizer']}_{cfg['block_size']}, "
                              f"made on the fly)")
+        if cfg["document_mask"] and "example_len" in meta:
+            raise InputError(f"document_mask=True needs documents that begin with EOT; {data_dir} pads its passkey "
+                             f"prompts with EOT instead: use --document_mask=False")
         self.data_dir, self.meta = data_dir, meta
+        from data.tokenizer import TOKENIZERS
+        self.eot = TOKENIZERS[meta["tokenizer"]].eot if cfg["document_mask"] else None
+
+    def batch(self, split):
+        """A batch (x, y, doc_ids) of `split` on the device: doc_ids (document_ids) with document_mask, else None."""
+        cfg = self.cfg
+        x, y = get_batch(self.data_dir, split, cfg["batch_size"], cfg["block_size"], self.meta, self.dev)
+        return x, y, None if self.eot is None else document_ids(x, self.eot)
 
     # ---------------------------------------------------------------- init or resume
 
@@ -451,9 +474,9 @@ class Run:
         for split in ("train", "val"):
             losses = torch.zeros(cfg["eval_iters"])
             for k in range(cfg["eval_iters"]):
-                X, Y = get_batch(self.data_dir, split, cfg["batch_size"], cfg["block_size"], self.meta, self.dev)
+                X, Y, doc_ids = self.batch(split)
                 with self.ctx:
-                    _, loss = eval_model(X, Y)
+                    _, loss = eval_model(X, Y, doc_ids=doc_ids)
                 losses[k] = loss.item()
             out[split] = losses.mean().item()
         self.model.train()
@@ -500,9 +523,9 @@ class Run:
         for micro_step in range(cfg["gradient_accumulation_steps"]):
             if self.ddp:
                 model.require_backward_grad_sync = micro_step == cfg["gradient_accumulation_steps"] - 1
-            X, Y = get_batch(self.data_dir, "train", cfg["batch_size"], cfg["block_size"], self.meta, self.dev)
+            X, Y, doc_ids = self.batch("train")
             with self.ctx:
-                _, loss = model(X, Y)
+                _, loss = model(X, Y, doc_ids=doc_ids)
                 loss = loss / cfg["gradient_accumulation_steps"]
             self.scaler.scale(loss).backward()
         grad_norm = None
