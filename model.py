@@ -239,7 +239,7 @@ class CausalSelfAttention(nn.Module):
             q, k = self.rotate(q, pos), self.rotate(k, pos)
         if kv is not None:
             k, v = torch.cat([kv[0], k], dim=2), torch.cat([kv[1], v], dim=2)  # (B, nh, t0+T, hs)
-        y = self.attend(q, k, v, t0, doc_start)  # (B, nh, T, hs)
+        y = self.attend(q, k, v, t0, doc_start=doc_start)  # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y)), (k, v)
 

@@ -206,10 +206,10 @@ def key_attention(model, tokenizer, length, depth, key, chunk=1024, device="cpu"
         prefill(model, ids[:, :start], cache, chunk)
     mass = torch.zeros(model.config.n_layer, model.config.n_head)
     for layer, block in enumerate(model.transformer.h):
-        def attend_and_measure(q, k, v, t0, layer=layer, attend=block.attn.attend):
+        def attend_and_measure(q, k, v, t0, doc_start=None, layer=layer, attend=block.attn.attend):
             indicator = on_key[:k.shape[2]].expand(*v.shape[:2], -1)[..., None].expand_as(v).contiguous()  # (B, nh, Tk, hs)
-            mass[layer] = attend(q, k, indicator, t0)[0, :, :, 0].mean(-1).float().cpu()  # (nh,)
-            return attend(q, k, v, t0)
+            mass[layer] = attend(q, k, indicator, t0, doc_start)[0, :, :, 0].mean(-1).float().cpu()  # (nh,)
+            return attend(q, k, v, t0, doc_start)
         block.attn.attend = attend_and_measure  # an instance attribute: shadows the method for this pass
     try:
         logits, _ = model(ids[:, start:], cache=cache, keep_last=None)  # (1, len(answer), V)

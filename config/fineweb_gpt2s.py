@@ -4,13 +4,17 @@
 # it with --pos (and --ssmax), e.g.
 #   python data/fineweb.py --name sample-10BT
 #   python train.py config/fineweb_gpt2s.py --pos=bam --ssmax=True --out_dir=out-bam-ssmax
-#   torchrun --standalone --nproc_per_node=8 train.py config/fineweb_gpt2s.py --pos=rope
+#   torchrun --standalone --nproc_per_node=8 train.py config/fineweb_gpt2s.py --pos=rope --attn_impl=torch
 # tokens per iteration = batch_size * block_size * gradient_accumulation_steps
 #                      = 32 * 512 * 16 = 262,144 (the accumulation is split over DDP processes);
 # max_iters = 38,147 iterations * 262,144 = 10.0B tokens, one pass over sample-10BT.
-# The fused kernels (--attn_impl=triton) take head dims 16/32/64/128: add --n_head=12 (64-dim heads) to use them.
+# Attention runs on the fused kernels of kernels.py, which exist for pos=bam and pos=tapa: every other
+# variant needs --attn_impl=torch (GPT refuses triton for them).
+# Each window attends within its documents (document_mask: the shards begin every document with EOT; a
+# document cut by the window's start counts from the window's first token); --document_mask=False turns it off.
 out_dir = "out-fineweb"
 dataset = "fineweb_sample-10BT"
+document_mask = True
 eval_interval = 1000
 eval_iters = 100
 log_interval = 10
@@ -26,6 +30,7 @@ pos = "bam"
 ssmax = True
 ssmax_init = 1.0  # the BAM code's init (SPEC §2)
 rope_base = 10000.0
+attn_impl = "triton"
 learning_rate = 6e-4
 min_lr = 6e-5
 max_iters = 38147

@@ -449,11 +449,13 @@ def test_model_triton_impl_matches_torch_impl(pos, ssmax):
 
 
 def test_model_triton_impl_refuses_what_the_kernels_lack():
+    """Variants without a kernel, and attention dropout in training (TAPA with SSMax or linear phase and packed
+    documents have kernels since issue 16)."""
     from model import GPT, GPTConfig
     with pytest.raises(ValueError, match="pos='bam' and 'tapa' only"):
         GPT(GPTConfig(pos="rope", attn_impl="triton", n_layer=1, n_head=2, n_embd=32, vocab_size=11))
-    m = GPT(GPTConfig(pos="tapa", ssmax=True, attn_impl="triton", n_layer=1, n_head=2, n_embd=32, vocab_size=11))
-    with pytest.raises(ValueError, match="attn_impl='torch'"):
+    m = GPT(GPTConfig(pos="tapa", dropout=0.1, attn_impl="triton", n_layer=1, n_head=2, n_embd=32, vocab_size=11))
+    with pytest.raises(ValueError, match="no attention dropout.*attn_impl='torch'"):
         m(torch.zeros(1, 4, dtype=torch.long))
 
 
