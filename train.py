@@ -217,9 +217,9 @@ def train(cfg):
 
 class Run:
     """The state one training run shares between the steps of train(): self.cfg (the settings, completed),
-    the device (dev, device_type, dtype, ctx, ddp, rank, world, master), the data (data_dir, meta), the model
-    (model: compiled/DDP-wrapped; raw_model: the GPT itself), the optimizer, and the progress (iter_num,
-    best_val_loss, history, prior_history, last_saved)."""
+    the device (dev, device_type, dtype, ctx, ddp, rank, world, master), the data (data_dir, meta, and eot with
+    document_mask), the model (model: compiled/DDP-wrapped; raw_model: the GPT itself), the optimizer, and the
+    progress (iter_num, best_val_loss, history, prior_history, last_saved)."""
 
     def __init__(self, cfg):
         self.cfg = dict(cfg)
