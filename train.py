@@ -28,12 +28,12 @@ import time
 from contextlib import nullcontext
 from dataclasses import fields
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
 from checkpoint import load_resume_checkpoint, prev_path, save_checkpoint
 from checks import NonFiniteError, build_model, check_data, check_settings, finite, nonfinite_message
+from data.batches import document_ids, get_batch, prepare_data
 from configurator import InputError, get_config, run_script
 from model import GPTConfig
 from plots import plot_history, plot_priors
@@ -126,62 +126,6 @@ def get_lr(it, cfg):
         return min_lr
     ratio = (it - warmup) / max(1, decay_iters - warmup)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
-
-
-def get_batch(data_dir, split, batch_size, block_size, meta, device, generator=None):
-    """A random batch (x, y), each (B, T) int64, from data_dir/<split>.bin (uint16 memmap).
-
-    With meta["example_len"] (the synthetic passkey set) windows start at example
-    boundaries, and targets that are padding (the tokenizer's EOT) are −1, ignored by the loss;
-    otherwise windows start anywhere. Raises InputError if the split is shorter than block_size + 1.
-    """
-    data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
-    if len(data) < block_size + 1:
-        raise InputError(f"{split}.bin in {data_dir} has {len(data)} tokens, fewer than block_size + 1 = {block_size + 1}")
-    if "example_len" in meta:
-        n_examples = (len(data) - block_size - 1) // meta["example_len"] + 1
-        ix = torch.randint(n_examples, (batch_size,), generator=generator) * meta["example_len"]
-    else:
-        ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
-    x = torch.stack([torch.from_numpy(data[i:i + block_size].astype(np.int64)) for i in ix.tolist()])
-    y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block_size].astype(np.int64)) for i in ix.tolist()])
-    if "example_len" in meta:  # passkey prompts are right-padded with EOT: the padding is not in the loss
-        from data.tokenizer import TOKENIZERS
-        y = y.masked_fill(y == TOKENIZERS[meta["tokenizer"]].eot, -1)
-    if device.startswith("cuda"):
-        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    return x.to(device), y.to(device)
-
-
-def document_ids(x, eot):
-    """The document id of every token of a batch: (B, T) int64, the number of EOT tokens up to and including it.
-
-    x: (B, T) token ids whose documents each begin with the EOT id `eot` ([EOT] + tokens, as data/fineweb.py
-    writes them). Tokens before a row's first EOT belong to a document that began before the window: it
-    counts from the window's first token (its positions and SSMax's n start there). For
-    GPT.forward(doc_ids=), SPEC §2.
-    """
-    return torch.cumsum(x == eot, dim=1)
-
-
-def prepare_data(dataset_name):
-    """Return (data_dir, meta). Makes the synthetic passkey set passkey_<tokenizer>_<length> if missing
-    (passkey_<tokenizer>_<min>-<max>: prompts of lengths min..max, padded to max).
-
-    Other datasets must be prepared by their script; read_meta then raises
-    FileNotFoundError naming the command.
-    """
-    from data.tokenizer import data_dir_of, read_meta
-    data_dir = data_dir_of(dataset_name)
-    parts = os.path.basename(os.path.normpath(dataset_name)).split("_")
-    if (not os.path.isfile(os.path.join(data_dir, "meta.json")) and len(parts) == 3 and parts[0] == "passkey"
-            and parts[2].replace("-", "", 1).isdigit()):
-        from data.passkey import build_dataset
-        print(f"making the synthetic passkey set {data_dir} (seconds)")
-        lo, _, hi = parts[2].rpartition("-")
-        build_dataset(parts[1], int(hi), n_train=20000, n_val=500, seed=0, out_dir=data_dir,
-                      min_length=int(lo) if lo else None)
-    return data_dir, read_meta(data_dir)
 
 
 def truncate_log(path, size):
