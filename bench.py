@@ -123,9 +123,11 @@ def loop_bodies(sass):
     return sizes
 
 
-def sm90_machine_code(D):
+def sm90_machine_code(D, doc=False, tapa_ssmax=False, linear=False):
     """Compile the bf16 kernels of head dim D for sm_90 (H100/H200) on this machine, no GPU needed, with
     the launch options kernels.py uses, and count instructions in their machine code (SASS).
+    BAM is compiled with SSMax, TAPA without (tapa_ssmax=True: with), both without documents (doc=True: with
+    doc_start), TAPA with the quadratic phase (linear=True: the linear one).
 
     Returns {kernel name: {"instructions": n (NOP padding included), op: n for op in SASS_OPS,
     "loops": [instructions of each loop body, in code order], "shared_KiB": x}}: HGMMA are
@@ -144,18 +146,19 @@ def sm90_machine_code(D):
         raise RuntimeError("sm90_machine_code compiles the kernels: unset TRITON_INTERPRET")
     fwd, bwd = kernels._launch_kwargs(torch.empty(1, 1, 1, D, dtype=torch.bfloat16))
     d_amp = kernels.tapa_split(D, 0.5)
-    tapa = dict(D=D, D_AMP=d_amp, DA=max(16, triton.next_power_of_2(d_amp)),
-                DP=max(16, triton.next_power_of_2(D - d_amp)))
-    bam = dict(HAS_SSMAX=True, D=D)
+    tapa = dict(HAS_SSMAX=tapa_ssmax, HAS_DOC=doc, LINEAR=linear, D=D, BLOCK_D=kernels._block_d(D), D_AMP=d_amp,
+                DA=kernels._block_d(d_amp), DP=kernels._block_d(D - d_amp))
+    bam = dict(HAS_SSMAX=True, HAS_DOC=doc, D=D, BLOCK_D=kernels._block_d(D))
     stats = {}
     for fn, consts, kw in [(kernels._bam_fwd, bam, fwd), (kernels._bam_bwd, bam, bwd),
                            (kernels._tapa_fwd, tapa, fwd), (kernels._tapa_bwd, tapa, bwd)]:
         options = {k: v for k, v in kw.items() if k in ("num_warps", "num_stages", "enable_fp_fusion")}
         consts = dict(consts, **{k: v for k, v in kw.items() if k not in options})
         # arguments: constexprs, the ints q_offset, Tq, Tk, H, the other capitalized ones pointers, else fp32
+        pointer = {"LSE": "*fp32", "DELTA": "*fp32", "PRM": "*fp32", "DPRM": "*fp32", "DOC_START": "*i32",
+                   "DOC_END": "*i32"}
         sig = {n: "constexpr" if n in consts else "i32" if n in ("q_offset", "Tq", "Tk", "H") else
-               ("*fp32" if n in ("LSE", "DELTA", "PRM", "DPRM") else "*bf16") if n.isupper() else "fp32"
-               for n in fn.arg_names}
+               pointer.get(n, "*bf16") if n.isupper() else "fp32" for n in fn.arg_names}
         aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n][0] == "*"}
         k = triton.compile(ASTSource(fn, sig, consts, aligned), target=GPUTarget("cuda", 90, 32), options=options)
         sass = k.asm["sass"]  # disassembly: one instruction a line, each ending in ";", and "LBBn:" labels

@@ -77,6 +77,7 @@ HEAD_DIMS = range(16, 129)  # any head dim 16 .. 128: the tiles are padded to a 
 LOG2E = tl.constexpr(1.4426950408889634)  # the softmax runs on exp2: exp(z) = exp2(z·log2 e)
 LN2 = tl.constexpr(0.6931471805599453)
 TWO_PI = tl.constexpr(6.283185307179586)
+FP32_LOWEST = tl.constexpr(-3.4028234663852886e38)  # the lowest finite fp32: the running max of a row without keys yet
 BIAS_FLOOR = tl.constexpr(BIAS_FLOOR)  # the GGD bias is floored at −1e30, as in attention_bam.ggd_bias
 # Compiled for a GPU, log2/cos/sin of the tiles use the hardware approximations (one MUFU instruction
 # each: lg2.approx, cos.approx, sin.approx, as tl.exp2 already does with ex2.approx). tl.log2/cos/sin
@@ -187,6 +188,22 @@ def _doc_first_key_tile(DOC_START, start_m, BLOCK_N: tl.constexpr, HAS_DOC: tl.c
 
 
 @triton.jit
+def _doc_key_tiles(DOC_START, start_m, Tq, lo, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_DOC: tl.constexpr):
+    """The forward's split of the key tiles before lo (those below the causal diagonal) for the query tile from
+    row start_m: (first, mid). Tiles before first hold other documents only (skipped); those from first to mid
+    hold keys before some row's doc_start (document mask); those from mid to lo lie inside every row's document
+    (no mask). mid is the doc_start of the tile's last row (the largest) rounded up to a tile, at most lo.
+    (0, 0) without documents."""
+    first = 0
+    mid = 0
+    if HAS_DOC:
+        first = _doc_first_key_tile(DOC_START, start_m, BLOCK_N, HAS_DOC)
+        last_start = tl.load(DOC_START + tl.minimum(start_m + BLOCK_M, Tq) - 1)
+        mid = tl.minimum((last_start + BLOCK_N - 1) // BLOCK_N * BLOCK_N, lo)
+    return first, mid
+
+
+@triton.jit
 def _doc_query_end(DOC_END, start_n, Tq, Tk, BLOCK_N: tl.constexpr, HAS_DOC: tl.constexpr):
     """One past the last query row that sees a key of the tile start_n .. start_n+BLOCK_N−1: the end of the
     document of the tile's last key (DOC_END holds, per key, the start of the next document, or T). Tq without
@@ -208,18 +225,25 @@ def _ssmax_factor(pos_i, s, HAS_SSMAX: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC: tl.constexpr, MAY_BE_EMPTY: tl.constexpr):
+def _online_softmax_init(HAS_DOC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The forward's running max m_i, running sum l_i and accumulator acc before the first key tile. m_i starts
+    at −inf without documents: key 0 lies in the first tile every row visits, so m_i is finite after it. With
+    documents a row may see no key in its first tiles (its document starts in a later one), and −inf − (−inf)
+    would give NaN: m_i then starts at the lowest finite fp32 instead, which every unmasked logit exceeds (they
+    are finite: the GGD bias is floored at −1e30), so that it drops out at the row's first key."""
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    if HAS_DOC:
+        m_i = tl.full([BLOCK_M], FP32_LOWEST, tl.float32)
+    return m_i, tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+
+
+@triton.jit
+def _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC: tl.constexpr):
     """One key tile of the forward's online softmax (base 2): logits z (BLOCK_M, BLOCK_N), values v
-    (BLOCK_N, BLOCK_D); updates the running max m_i, running sum l_i and accumulator acc. Without documents
-    m_i stays finite: key 0 lies in the first tile of every row. With documents (MAY_BE_EMPTY) a row may have
-    seen no key yet (its document starts in a later tile): its m_i stays −inf, and the exponentials are then
-    shifted by 0 instead of −inf (which would give NaN)."""
+    (BLOCK_N, BLOCK_D); updates the running max m_i, running sum l_i and accumulator acc."""
     m_new = tl.maximum(m_i, tl.max(z, 1))
-    m_shift = m_new
-    if MAY_BE_EMPTY:
-        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.exp2(z - m_shift[:, None])
-    rescale = tl.exp2(m_i - m_shift)
+    p = tl.exp2(z - m_new[:, None])
+    rescale = tl.exp2(m_i - m_new)
     l_i = l_i * rescale + tl.sum(p, 1)
     acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
     return m_new, l_i, acc
@@ -344,7 +368,7 @@ def _bam_fwd_step(q, K, V, start_n, pos_i, ds_i, f2, c, beta, mu, sm_scale, eps,
         z = tl.where(offs_n[None, :] <= pos_i[:, None], z, float("-inf"))  # (also masks j >= Tk)
     if HAS_DOC:
         z = tl.where(offs_n[None, :] >= ds_i[:, None], z, float("-inf"))
-    return _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC, MAY_BE_EMPTY=HAS_DOC)
+    return _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC)
 
 
 @triton.jit
@@ -364,14 +388,17 @@ def _bam_fwd(Q, K, V, O, LSE, PRM, DOC_START, q_offset, Tq, Tk, H, sm_scale, eps
     q = _load(Q, offs_m, Tq, D, 0, D, BLOCK_D)  # (BLOCK_M, BLOCK_D)
     f2 = _ssmax_factor(pos_i - ds_i, s, HAS_SSMAX, BLOCK_M) * LOG2E
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max (log2 units)
-    l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(z − m_i)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    # running max (log2 units), running sum of exp2(z − m_i), accumulator (BLOCK_M, BLOCK_D)
+    m_i, l_i, acc = _online_softmax_init(HAS_DOC, BLOCK_M, BLOCK_D)
     lo, hi = _causal_key_range(q_offset + start_m, Tk, BLOCK_M, BLOCK_N)
-    first = _doc_first_key_tile(DOC_START, start_m, BLOCK_N, HAS_DOC)  # key tiles before it: all other documents
-    for start_n in range(first, lo, BLOCK_N):  # key tiles every row sees whole (but for documents): no causal mask
+    first, mid = _doc_key_tiles(DOC_START, start_m, Tq, lo, BLOCK_M, BLOCK_N, HAS_DOC)  # (0, 0) without documents
+    if HAS_DOC:  # key tiles below the diagonal holding the start of some row's document: document mask only
+        for start_n in range(first, mid, BLOCK_N):
+            m_i, l_i, acc = _bam_fwd_step(q, K, V, start_n, pos_i, ds_i, f2, c, beta, mu, sm_scale, eps, m_i, l_i,
+                                          acc, Tk, D, BLOCK_D, BLOCK_N, DOT_PREC, CAUSAL=False, HAS_DOC=True)
+    for start_n in range(mid, lo, BLOCK_N):  # key tiles every row of the tile sees whole: no mask
         m_i, l_i, acc = _bam_fwd_step(q, K, V, start_n, pos_i, ds_i, f2, c, beta, mu, sm_scale, eps, m_i, l_i, acc,
-                                      Tk, D, BLOCK_D, BLOCK_N, DOT_PREC, CAUSAL=False, HAS_DOC=HAS_DOC)
+                                      Tk, D, BLOCK_D, BLOCK_N, DOT_PREC, CAUSAL=False, HAS_DOC=False)
     for start_n in range(lo, hi, BLOCK_N):  # key tiles across the diagonal
         m_i, l_i, acc = _bam_fwd_step(q, K, V, start_n, pos_i, ds_i, f2, c, beta, mu, sm_scale, eps, m_i, l_i, acc,
                                       Tk, D, BLOCK_D, BLOCK_N, DOT_PREC, CAUSAL=True, HAS_DOC=HAS_DOC)
@@ -630,7 +657,7 @@ def _tapa_fwd_step(q_a, q_p, K, V, start_n, pos_i, ds_i, f2, amp_scale, ph_scale
         z = tl.where(offs_n[None, :] <= pos_i[:, None], z, float("-inf"))
     if HAS_DOC:
         z = tl.where(offs_n[None, :] >= ds_i[:, None], z, float("-inf"))
-    return _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC, MAY_BE_EMPTY=HAS_DOC)
+    return _online_softmax_step(z, v, m_i, l_i, acc, DOT_PREC)
 
 
 @triton.jit
@@ -651,15 +678,18 @@ def _tapa_fwd(Q, K, V, O, LSE, PRM, DOC_START, q_offset, Tq, Tk, H, amp_scale, p
     ds_i = _doc_starts(DOC_START, offs_m, Tq, HAS_DOC, BLOCK_M)
     f2 = _ssmax_factor(pos_i - ds_i, s, HAS_SSMAX, BLOCK_M) * LOG2E
     q_a, q_p = _load_split(Q, offs_m, Tq, D, D_AMP, DA, DP)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    m_i, l_i, acc = _online_softmax_init(HAS_DOC, BLOCK_M, BLOCK_D)
     lo, hi = _causal_key_range(q_offset + start_m, Tk, BLOCK_M, BLOCK_N)
-    first = _doc_first_key_tile(DOC_START, start_m, BLOCK_N, HAS_DOC)
-    for start_n in range(first, lo, BLOCK_N):  # key tiles every row sees whole (but for documents): no causal mask
+    first, mid = _doc_key_tiles(DOC_START, start_m, Tq, lo, BLOCK_M, BLOCK_N, HAS_DOC)  # as in _bam_fwd
+    if HAS_DOC:  # key tiles holding the start of some row's document: document mask only
+        for start_n in range(first, mid, BLOCK_N):
+            m_i, l_i, acc = _tapa_fwd_step(q_a, q_p, K, V, start_n, pos_i, ds_i, f2, amp_scale, ph_scale, alpha,
+                                           w_diag, m_i, l_i, acc, Tk, D, BLOCK_D, D_AMP, DA, DP, BLOCK_N, DOT_PREC,
+                                           CAUSAL=False, HAS_DOC=True, HAS_SSMAX=HAS_SSMAX, LINEAR=LINEAR)
+    for start_n in range(mid, lo, BLOCK_N):  # key tiles every row of the tile sees whole: no mask
         m_i, l_i, acc = _tapa_fwd_step(q_a, q_p, K, V, start_n, pos_i, ds_i, f2, amp_scale, ph_scale, alpha, w_diag,
                                        m_i, l_i, acc, Tk, D, BLOCK_D, D_AMP, DA, DP, BLOCK_N, DOT_PREC,
-                                       CAUSAL=False, HAS_DOC=HAS_DOC, HAS_SSMAX=HAS_SSMAX, LINEAR=LINEAR)
+                                       CAUSAL=False, HAS_DOC=False, HAS_SSMAX=HAS_SSMAX, LINEAR=LINEAR)
     for start_n in range(lo, hi, BLOCK_N):  # key tiles across the diagonal
         m_i, l_i, acc = _tapa_fwd_step(q_a, q_p, K, V, start_n, pos_i, ds_i, f2, amp_scale, ph_scale, alpha, w_diag,
                                        m_i, l_i, acc, Tk, D, BLOCK_D, D_AMP, DA, DP, BLOCK_N, DOT_PREC,

@@ -566,8 +566,9 @@ def test_bench_plot(tmp_path):
 
 
 def test_kernels_compile_for_sm90():
-    """The interpreter does not compile: build the bf16 kernels (D = 64) for an H100 (sm_90) on the CPU and
-    read their machine code (bench.sm90_machine_code): the dots are Hopper's wgmma (HGMMA), log2/cos/sin
+    """The interpreter does not compile: build the bf16 kernels (D = 64; and D = 48 with doc_start, TAPA with
+    SSMax and the linear phase, which the interpreter's loose typing would not catch) for an H100 (sm_90) on the
+    CPU and read their machine code (bench.sm90_machine_code): the dots are Hopper's wgmma (HGMMA), log2/cos/sin
     one MUFU op each (kernels.FAST_MATH), nothing goes through local memory (no register spills, no
     libdevice slow path of cos/sin), shared memory fits the 227 KiB of a Hopper SM."""
     try:
@@ -575,19 +576,23 @@ def test_kernels_compile_for_sm90():
     except ImportError as e:
         pytest.skip(f"triton has no NVIDIA backend here: {e}")
     env = dict(os.environ, TRITON_INTERPRET="0")
-    code = "import bench, json; print(json.dumps(bench.sm90_machine_code(64)))"
+    # the default kernels at D = 64; then D = 48 (padded to 64) with documents, TAPA with SSMax and the linear phase
+    code = ("import bench, json; print(json.dumps([bench.sm90_machine_code(64), "
+            "bench.sm90_machine_code(48, doc=True, tapa_ssmax=True, linear=True)]))")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
-    stats = json.loads(res.stdout.strip().splitlines()[-1])
-    assert sorted(stats) == ["_bam_bwd", "_bam_fwd", "_tapa_bwd", "_tapa_fwd"]
-    for name, s in stats.items():
-        needed = ["HGMMA", "MUFU.EX2", "MUFU.LG2"] + (["MUFU.COS"] if "tapa" in name else [])
-        needed += ["MUFU.SIN"] if name == "_tapa_bwd" else []
-        assert all(s[op] > 0 for op in needed), (name, s)
-        assert s["HMMA"] == s["LDL"] == s["STL"] == 0, (name, s)
-        assert 0 < s["shared_KiB"] <= 227, (name, s)
-        if name.endswith("_fwd"):  # the key tiles below the diagonal run a loop without the causal mask: shorter
-            assert len(s["loops"]) == 2 and s["loops"][0] < s["loops"][1], (name, s["loops"])
+    for doc, stats in zip((False, True), json.loads(res.stdout.strip().splitlines()[-1])):
+        assert sorted(stats) == ["_bam_bwd", "_bam_fwd", "_tapa_bwd", "_tapa_fwd"]
+        for name, s in stats.items():
+            needed = ["HGMMA", "MUFU.EX2", "MUFU.LG2"] + (["MUFU.COS"] if "tapa" in name else [])
+            needed += ["MUFU.SIN"] if name == "_tapa_bwd" else []
+            assert all(s[op] > 0 for op in needed), (name, s)
+            assert s["HMMA"] == s["LDL"] == s["STL"] == 0, (name, s)
+            assert 0 < s["shared_KiB"] <= 227, (name, s)
+            if name.endswith("_fwd") and not doc:  # the key tiles below the diagonal run a loop without the causal
+                assert len(s["loops"]) == 2 and s["loops"][0] < s["loops"][1], (name, s["loops"])  # mask: shorter
+            if name.endswith("_fwd") and doc:  # document-masked tiles, then unmasked ones (shortest), then diagonal
+                assert len(s["loops"]) == 3 and s["loops"][1] < min(s["loops"][0], s["loops"][2]), (name, s["loops"])
 
 
 def test_sass_loop_bodies():
