@@ -21,6 +21,7 @@ TRITON_IMPORTED_TOO_EARLY = not ON_GPU and "triton" in sys.modules and os.enviro
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton/kernels are imported: kernels then run on CPU tensors
 
+import functools
 import json
 import subprocess
 import time
@@ -521,32 +522,38 @@ def test_bench_smoke(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # bench.py decides
     t0 = time.time()
     res = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--smoke", "--methods", "sdpa_flash", "bam",
-                          "bam_ssmax", "tapa", "ref_bam", "--out", str(tmp_path / "bench.md")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=180)
+                          "bam_ssmax", "tapa", "ref_bam", "bam_doc", "tapa_doc", "--out", str(tmp_path / "bench.md")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "| bam |" in res.stdout and "| tapa |" in res.stdout and "error" not in res.stdout, res.stdout
     report = (tmp_path / "bench.md").read_text()
-    assert all(f"| 40 | 16 | 1×2 | {m} |" in report for m in ("bam", "bam_ssmax", "tapa", "ref_bam")), report
+    assert all(f"| 40 | 16 | 1×2 | {m} |" in report
+               for m in ("bam", "bam_ssmax", "tapa", "ref_bam", "bam_doc", "tapa_doc")), report
     assert (tmp_path / "bench.png").stat().st_size > 10_000  # the figure beside it
     assert time.time() - t0 < 180
 
 
-@pytest.mark.parametrize("name", ["flex_bam", "flex_bam_ssmax"])
+@pytest.mark.parametrize("name", ["flex_bam", "flex_bam_ssmax", "flex_bam_doc", "bam_doc"])
 def test_bench_flex_baselines_compute_bam(name):
-    """bench.py's FlexAttention baselines (a score_mod over the captured learnable (H,) tensors, a causal block
-    mask) equal bam_attention_ref, so the benchmark compares like with like. Forward only on CPU (FlexAttention
-    has no CPU backward); on a GPU also every gradient, the captured tensors' included."""
+    """bench.py's FlexAttention baselines (a score_mod over the captured learnable (H,) tensors, a causal or
+    document block mask) equal bam_attention_ref (on each document alone for the *_doc methods: 3 documents in
+    each of 2 rows), so the benchmark compares like with like. Forward only on CPU (FlexAttention has no CPU
+    backward); on a GPU also every gradient, the captured tensors' included."""
     import bench
-    T, H, D = 40, 2, 16
-    fn, params = bench.make_methods([name], H, T, DEVICE)[name]
+    B, T, H, D = 2, 40, 2, 16
+    fn, params = bench.make_methods([name], H, T, DEVICE, B=B, n_docs=3)[name]
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():  # away from the ALiBi init (β = 1, s = 1)
         for p in params:
             p.add_(0.2 * torch.randn(p.shape, generator=g).to(DEVICE))
-    q, k, v = (torch.randn(1, H, T, D, generator=g).to(DEVICE).requires_grad_(ON_GPU) for _ in range(3))
-    ssmax = params[2] if name == "flex_bam_ssmax" else None
+    q, k, v = (torch.randn(B, H, T, D, generator=g).to(DEVICE).requires_grad_(ON_GPU) for _ in range(3))
+    ssmax = params[2] if len(params) == 3 else None
+    ref_fn = functools.partial(bam_attention_ref, log_scale=params[0], shape=params[1], ssmax_scale=ssmax)
+    if name.endswith("_doc"):
+        lengths = torch.bincount(bench.packed_doc_ids(1, T, 3, "cpu")[0]).tolist()
+        ref_fn = each_document_alone(ref_fn, [lengths] * B)
     with torch.set_grad_enabled(ON_GPU):
-        out, ref = fn(q, k, v), bam_attention_ref(q, k, v, params[0], params[1], ssmax_scale=ssmax)
+        out, ref = fn(q, k, v), ref_fn(q, k, v)
     assert_close(out, ref, 1e-4, "output")
     if ON_GPU:
         grads = torch.autograd.grad(out, [q, k, v] + params, torch.ones_like(out))
