@@ -4,7 +4,7 @@ Speed and memory of the fused attention kernels (kernels.py) against the baselin
     python3 bench.py                                   # T = 1k..64k, D = 64 and 128, bf16
     python3 bench.py --seqlens 1024 8192 --head-dims 64 --out docs/bench.md
     python3 bench.py --smoke                           # one tiny size; on CPU under TRITON_INTERPRET=1
-    python3 bench.py --sass --head-dims 64 128         # no GPU needed: compile for sm_90, count instructions
+    python3 bench.py --sass --head-dims 48 64 128      # no GPU needed: compile for sm_90, count instructions
 
 Methods, all causal: sdpa_flash (F.scaled_dot_product_attention, flash backend: the baseline),
 bam and bam_ssmax (kernels.bam_attention, SPEC §1/§2), tapa (kernels.tapa_attention, SPEC §3),
@@ -312,13 +312,17 @@ def sass_report(args):
              f"- command: `{os.path.basename(sys.executable)} {' '.join(sys.argv)}`",
              "- counts of SASS instructions in the whole kernel (each loop body once); loop bodies: instructions per "
              "iteration of each loop (forward: the unmasked key tiles, then the diagonal ones; backward: dk/dv, "
-             "then dq); shared memory in KiB", "",
-             "| kernel | D | instructions | loop bodies | " + " | ".join(SASS_OPS) + " | shared KiB |",
-             "|---|---|---|---|" + "---|" * len(SASS_OPS) + "---|"]
-    for D in args.head_dims:
-        for name, s in sm90_machine_code(D).items():
-            lines.append(f"| {name} | {D} | {s['instructions']} | {', '.join(map(str, s['loops']))} | "
-                         + " | ".join(str(s[op]) for op in SASS_OPS) + f" | {s['shared_KiB']:.1f} |")
+             "then dq); shared memory in KiB",
+             "- variants: causal = BAM with SSMax, TAPA without, no documents (what the loop counts above describe); "
+             "doc = with doc_start, both with SSMax (forward loops: the document-masked key tiles, the unmasked "
+             "ones, the diagonal ones)", "",
+             "| kernel | variant | D | instructions | loop bodies | " + " | ".join(SASS_OPS) + " | shared KiB |",
+             "|---|---|---|---|---|" + "---|" * len(SASS_OPS) + "---|"]
+    for variant, kw in (("causal", {}), ("doc", dict(doc=True, tapa_ssmax=True))):
+        for D in args.head_dims:
+            for name, s in sm90_machine_code(D, **kw).items():
+                lines.append(f"| {name} | {variant} | {D} | {s['instructions']} | {', '.join(map(str, s['loops']))} | "
+                             + " | ".join(str(s[op]) for op in SASS_OPS) + f" | {s['shared_KiB']:.1f} |")
     print("\n".join(lines))
     if args.out:
         write_report(lines, args.out)
