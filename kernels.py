@@ -1,9 +1,10 @@
 """
-Fused Triton attention kernels for GGD-BAM (+SSMax) and TAPA, FlashAttention-2 style.
+Fused Triton attention kernels for GGD-BAM (+SSMax) and TAPA (+SSMax), FlashAttention-2 style.
 
     bam_attention   SPEC §1 (GGD prior b_h(i, j)) and §2 (SSMax factor f_i)
-    tapa_attention  SPEC §3 (quadratic phase, Eq. 12 of the TAPA paper)
+    tapa_attention  SPEC §3 (Eq. 12 of the TAPA paper; quadratic or linear phase) and §2
 
+Both take doc_start (packed documents, SPEC §2) and any head dim D from 16 to 128.
 The oracles are bam_attention_ref (attention_bam.py) and tapa_attention_ref
 (attention_tapa.py); tests/test_kernels.py compares outputs and gradients.
 
@@ -17,13 +18,37 @@ wholly before its first query need no causal mask, and the forward runs them in 
 loop of their own (_causal_key_range; one `if` in a single loop cost more).
 The forward saves the log-sum-exp per row (base 2: the softmax runs on exp2).
 
+Head dims. Every D-wide tile (q, k, v, dO, the accumulators) is BLOCK_D = the next power
+of 2 (at least 16) wide, with the columns D .. BLOCK_D−1 masked on loads (zeros) and
+stores (_tile): no padded copy of q, k, v exists, and 1/√D uses the true D. TAPA loads
+q and k as two tiles, the amplitude columns 0 .. d_amp−1 and the phase columns
+d_amp .. D−1, each padded the same way (_load_split), so the split stays exact for any
+D (48 = 24 + 24 in two 32-wide tiles). Below D = 16 the dots (tl.dot needs K >= 16)
+would mostly multiply padding: such heads are refused (the torch path is as fast there).
+
+Packed documents (doc_start). With doc_start (B, T) (attention.document_starts; only for
+training-shaped calls, q_offset = 0 and Tq = Tk), query i of batch row b sees the keys
+doc_start[b, i] <= j <= i, SSMax's n_i = i − doc_start[b, i] + 1, and the positional
+terms keep depending on i − j alone. The wrapper turns doc_start into one (2, B, T) int32
+table (_doc_table): doc_start, and per key j the start of the next document (doc_end, one
+past the last query that sees j). Because doc_start is non-decreasing, a query tile's
+smallest doc_start is its first row's and its largest its last row's: the forward starts
+at the key tile holding the first row's doc_start (the tiles before it, other documents
+only, are skipped), runs the tiles before the last row's doc_start with the document
+mask, the tiles from there to the diagonal with no mask at all, then the diagonal tiles
+with both masks (_doc_key_tiles). The backward's dq loop skips the same leading tiles;
+its dk/dv loop stops at the doc_end of the key tile's last key (_doc_query_end): query
+tiles of later documents are skipped. A row may see no key in its first tiles, so its
+running max then starts at the lowest finite fp32 rather than −inf (_online_softmax_init).
+
 The backward recomputes P tile by tile. Program pid of the backward grid does
 two jobs, as in the Triton fused-attention tutorial: (1) dk, dv for key tile pid,
 looping over the query tiles that see it; (2) dq for query tile pid, looping over
-the key tiles it sees (plus, for BAM, the per-head parameter gradients). Causal
-work of (1) shrinks with pid while (2) grows, so programs are balanced. No atomics:
-the per-head sums are written as partial sums into a (3, B·H, programs) buffer,
-one slot per program, and summed by torch, so every gradient is deterministic.
+the key tiles it sees (plus the per-head parameter gradients: BAM's log_scale, shape
+and ssmax_scale, TAPA's ssmax_scale). Causal work of (1) shrinks with pid while (2)
+grows, so programs are balanced. No atomics: the per-head sums are written as partial
+sums into a (3, B·H, programs) buffer (TAPA: (B·H, programs)), one slot per program,
+and summed by torch, so every gradient is deterministic.
 That is why the backward stays one kernel with two jobs per program, not separate
 dk/dv and dq kernels: the programs stay balanced, and each gradient (dq, dk, dv, each
 slot of the per-head sums) is written by exactly one program.
@@ -32,7 +57,8 @@ On CPU the kernels run under the Triton interpreter (TRITON_INTERPRET=1 set befo
 this module is imported), with 16×16 tiles so that the tests exercise the tails.
 
 Layout, grouped by method: shared helpers (launch options, fast math, tile loads and
-stores, the causal key range, the SSMax factor, the online-softmax step, input checks),
+stores, the causal and document key ranges, the SSMax factor, the online-softmax step,
+input checks, the doc_start table),
 then GGD-BAM (_bam_logits, kernels, _BAMAttention, bam_attention), then TAPA
 (_tapa_terms, kernels, _TAPAAttention, tapa_attention).
 
@@ -93,8 +119,9 @@ def _launch_kwargs(q):
 
     fp16/bf16 on a GPU: 128×64 forward tiles, (32, 128, 128, 32) backward tiles, 8 warps, 3 stages,
     for every head dim. Compiled for sm_90 (on the CPU, no GPU run yet) the dots are wgmma (HGMMA),
-    log2/cos/sin one MUFU op each (FAST_MATH), nothing spills to local memory except 11 words
-    of the TAPA backward at D = 128, and shared memory takes at most 128 KiB (docs/sass.md).
+    log2/cos/sin one MUFU op each (FAST_MATH), nothing spills to local memory except in the TAPA
+    backward at D = 128 (11 words; 22 with doc_start and SSMax), and shared memory takes at most
+    128 KiB (docs/sass.md). A head dim that is no power of 2 uses the tiles of the next one.
     fp32: exact ("ieee", not TF32) dots, which need small tiles to fit in registers; this path is
     for checks, not speed. The interpreter gets 16×16 tiles (tl.dot's minimum) so that small
     tests cover tile tails.
