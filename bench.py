@@ -6,17 +6,19 @@ Speed and memory of the fused attention kernels (kernels.py) against the baselin
     python3 bench.py --smoke                           # one tiny size; on CPU under TRITON_INTERPRET=1
     python3 bench.py --sass --head-dims 48 64 128      # no GPU needed: compile for sm_90, count instructions
 
-Methods, all causal: sdpa_flash (F.scaled_dot_product_attention, flash backend: the baseline),
+Methods, all causal over the window: sdpa_flash (F.scaled_dot_product_attention, flash backend: the baseline),
 bam and bam_ssmax (kernels.bam_attention, SPEC §1/§2), tapa (kernels.tapa_attention, SPEC §3),
 flex_bam and flex_bam_ssmax (torch.compile'd FlexAttention with the GGD bias as a score_mod
 over the captured learnable (H,) tensors, and a causal block mask), and ref_bam
 (attention_bam.bam_attention_ref with one chunk, i.e. the fully materialized T×T attention,
-shown as OOM when it does not fit). Packed documents (--docs N per window, equal lengths, default 8:
-2k-token documents in a 16k window): bam_doc (bam_attention with SSMax and doc_start, the BAM
-authors' setting), tapa_doc (tapa_attention with doc_start) and flex_bam_doc (FlexAttention with the
-same score_mod, n_i counted in the document, and a document mask_mod); their ×sdpa is still against
-plain causal sdpa_flash over the whole window, which does more work. TAPA has no FlexAttention version: a score_mod only sees
+shown as OOM when it does not fit). TAPA has no FlexAttention version: a score_mod only sees
 the full q·k score, and TAPA needs the amplitude and phase half dot products separately.
+
+Packed documents (--docs N per window, equal lengths, default 8: 2k-token documents in a 16k
+window), causal within each document: bam_doc (bam_attention with SSMax and doc_start, the BAM
+authors' setting), tapa_doc (tapa_attention with doc_start) and flex_bam_doc (FlexAttention with
+the same score_mod, n_i counted in the document, and a document mask_mod). Their ×sdpa is still
+against plain causal sdpa_flash over the whole window, which does more work.
 
 Shapes follow the FlashAttention-2 benchmarks: 16k tokens per batch (B = max(1, 16384 // T))
 and model width 2048 (H = 2048 // D), so B·H = 512 at T = 1k, D = 64, and B = 1 from T = 16k on.
