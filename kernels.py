@@ -24,7 +24,7 @@ stores (_tile): no padded copy of q, k, v exists, and 1/√D uses the true D. TA
 q and k as two tiles, the amplitude columns 0 .. d_amp−1 and the phase columns
 d_amp .. D−1, each padded the same way (_load_split), so the split stays exact for any
 D (48 = 24 + 24 in two 32-wide tiles). Below D = 16 the dots (tl.dot needs K >= 16)
-would mostly multiply padding: such heads are refused (the torch path is as fast there).
+would mostly multiply padding: such heads are refused (use the torch path).
 
 Packed documents (doc_start). With doc_start (B, T) (attention.document_starts; only for
 training-shaped calls, q_offset = 0 and Tq = Tk), query i of batch row b sees the keys
