@@ -4,15 +4,21 @@ Speed and memory of the fused attention kernels (kernels.py) against the baselin
     python3 bench.py                                   # T = 1k..64k, D = 64 and 128, bf16
     python3 bench.py --seqlens 1024 8192 --head-dims 64 --out docs/bench.md
     python3 bench.py --smoke                           # one tiny size; on CPU under TRITON_INTERPRET=1
-    python3 bench.py --sass --head-dims 64 128         # no GPU needed: compile for sm_90, count instructions
+    python3 bench.py --sass --head-dims 48 64 128      # no GPU needed: compile for sm_90, count instructions
 
-Methods, all causal: sdpa_flash (F.scaled_dot_product_attention, flash backend: the baseline),
+Methods, all causal over the window: sdpa_flash (F.scaled_dot_product_attention, flash backend: the baseline),
 bam and bam_ssmax (kernels.bam_attention, SPEC §1/§2), tapa (kernels.tapa_attention, SPEC §3),
 flex_bam and flex_bam_ssmax (torch.compile'd FlexAttention with the GGD bias as a score_mod
 over the captured learnable (H,) tensors, and a causal block mask), and ref_bam
 (attention_bam.bam_attention_ref with one chunk, i.e. the fully materialized T×T attention,
 shown as OOM when it does not fit). TAPA has no FlexAttention version: a score_mod only sees
 the full q·k score, and TAPA needs the amplitude and phase half dot products separately.
+
+Packed documents (--docs N per window, equal lengths, default 8: 2k-token documents in a 16k
+window), causal within each document: bam_doc (bam_attention with SSMax and doc_start, the BAM
+authors' setting), tapa_doc (tapa_attention with doc_start) and flex_bam_doc (FlexAttention with
+the same score_mod, n_i counted in the document, and a document mask_mod). Their ×sdpa is still
+against plain causal sdpa_flash over the whole window, which does more work.
 
 Shapes follow the FlashAttention-2 benchmarks: 16k tokens per batch (B = max(1, 16384 // T))
 and model width 2048 (H = 2048 // D), so B·H = 512 at T = 1k, D = 64, and B = 1 from T = 16k on.
@@ -33,8 +39,9 @@ import statistics
 import sys
 import time
 
-METHODS = ["sdpa_flash", "bam", "bam_ssmax", "tapa", "flex_bam", "flex_bam_ssmax", "ref_bam"]
-SMOKE_METHODS = ["bam", "bam_ssmax", "tapa", "ref_bam"]  # our kernels and the reference
+METHODS = ["sdpa_flash", "bam", "bam_ssmax", "tapa", "flex_bam", "flex_bam_ssmax", "ref_bam",
+           "bam_doc", "tapa_doc", "flex_bam_doc"]
+SMOKE_METHODS = ["bam", "bam_ssmax", "tapa", "ref_bam", "bam_doc", "tapa_doc"]  # our kernels and the reference
 
 
 def parse_args():
@@ -46,6 +53,7 @@ def parse_args():
     p.add_argument("--methods", nargs="+", default=None, choices=METHODS, help="subset of methods (default: all)")
     p.add_argument("--tokens", type=int, default=16384, help="B = max(1, tokens // T)")
     p.add_argument("--width", type=int, default=2048, help="H = width // D")
+    p.add_argument("--docs", type=int, default=8, help="documents per window for the *_doc methods (equal lengths)")
     p.add_argument("--out", default=None, help="also write the report (markdown) to this file, and its plots to "
                                                "a PNG beside it")
     p.add_argument("--smoke", action="store_true",
@@ -55,13 +63,20 @@ def parse_args():
     return p.parse_args()
 
 
-def make_methods(names, H, T, device):
-    """name -> (fn(q, k, v) -> out, its learnable (H,) tensors), for the requested methods."""
+def packed_doc_ids(B, T, n_docs, device):
+    """(B, T) document ids of n_docs documents of (nearly) equal length in each window, every row alike."""
+    import torch
+    return (torch.arange(T, device=device) * n_docs // T).expand(B, T).contiguous()
+
+
+def make_methods(names, H, T, device, B=1, n_docs=8):
+    """name -> (fn(q, k, v) -> out, its learnable (H,) tensors), for the requested methods. The *_doc methods
+    take q, k, v of batch size B holding n_docs packed documents per row (packed_doc_ids)."""
     import torch
     import torch.nn.functional as F
 
     import kernels
-    from attention import alibi_slopes
+    from attention import alibi_slopes, document_starts
     from attention_bam import GGD_EPS, bam_attention_ref
 
     log_scale = torch.log(alibi_slopes(H)).to(device).requires_grad_()  # ALiBi init, β = 1 (SPEC §1)
@@ -79,12 +94,21 @@ def make_methods(names, H, T, device):
     methods["bam_ssmax"] = (lambda q, k, v: kernels.bam_attention(q, k, v, log_scale, shape, ssmax_scale=ssmax),
                             [log_scale, shape, ssmax])
     methods["tapa"] = (kernels.tapa_attention, [])
-    if "flex_bam" in names or "flex_bam_ssmax" in names:
+    doc_ids = packed_doc_ids(B, T, n_docs, device)
+    doc_start = document_starts(doc_ids)  # (B, T)
+    methods["bam_doc"] = (lambda q, k, v: kernels.bam_attention(q, k, v, log_scale, shape, ssmax_scale=ssmax,
+                                                                doc_start=doc_start), [log_scale, shape, ssmax])
+    methods["tapa_doc"] = (lambda q, k, v: kernels.tapa_attention(q, k, v, doc_start=doc_start), [])
+    if any(n.startswith("flex_") for n in names):
         import torch._dynamo
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         torch._dynamo.config.recompile_limit = 64  # one compile per shape and grad mode; 8 would fall back to eager
         flex = torch.compile(flex_attention)
         block_mask = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, None, None, T, T, device=device)
+
+        def same_doc(b, h, q_idx, kv_idx):  # causal within the query's document
+            return (kv_idx <= q_idx) & (doc_ids[b, kv_idx] == doc_ids[b, q_idx])
+        doc_mask = create_block_mask(same_doc, B, None, T, T, device=device) if "flex_bam_doc" in names else None
 
         def ggd(h, q_idx, kv_idx):  # b = −c·(|Δ| + ε)^β, loc = 0
             dist = (kv_idx - q_idx).abs().to(torch.float32) + GGD_EPS
@@ -99,6 +123,12 @@ def make_methods(names, H, T, device):
                                [log_scale, shape])
         methods["flex_bam_ssmax"] = (lambda q, k, v: flex(q, k, v, score_mod=bam_ssmax_mod, block_mask=block_mask),
                                      [log_scale, shape, ssmax])
+
+        def bam_ssmax_doc_mod(score, b, h, q_idx, kv_idx):  # n_i counts the keys of the query's document
+            n = (q_idx - doc_start[b, q_idx] + 1).to(torch.float32)
+            return ssmax[h] * torch.log(n) * (score + ggd(h, q_idx, kv_idx))
+        methods["flex_bam_doc"] = (lambda q, k, v: flex(q, k, v, score_mod=bam_ssmax_doc_mod, block_mask=doc_mask),
+                                   [log_scale, shape, ssmax])
     methods["ref_bam"] = (lambda q, k, v: bam_attention_ref(q, k, v, log_scale, shape, chunk_size=T),
                           [log_scale, shape])
     return {n: methods[n] for n in names}
@@ -123,9 +153,11 @@ def loop_bodies(sass):
     return sizes
 
 
-def sm90_machine_code(D):
+def sm90_machine_code(D, doc=False, tapa_ssmax=False, linear=False):
     """Compile the bf16 kernels of head dim D for sm_90 (H100/H200) on this machine, no GPU needed, with
     the launch options kernels.py uses, and count instructions in their machine code (SASS).
+    BAM is compiled with SSMax, TAPA without (tapa_ssmax=True: with), both without documents (doc=True: with
+    doc_start), TAPA with the quadratic phase (linear=True: the linear one).
 
     Returns {kernel name: {"instructions": n (NOP padding included), op: n for op in SASS_OPS,
     "loops": [instructions of each loop body, in code order], "shared_KiB": x}}: HGMMA are
@@ -144,18 +176,19 @@ def sm90_machine_code(D):
         raise RuntimeError("sm90_machine_code compiles the kernels: unset TRITON_INTERPRET")
     fwd, bwd = kernels._launch_kwargs(torch.empty(1, 1, 1, D, dtype=torch.bfloat16))
     d_amp = kernels.tapa_split(D, 0.5)
-    tapa = dict(D=D, D_AMP=d_amp, DA=max(16, triton.next_power_of_2(d_amp)),
-                DP=max(16, triton.next_power_of_2(D - d_amp)))
-    bam = dict(HAS_SSMAX=True, D=D)
+    tapa = dict(HAS_SSMAX=tapa_ssmax, HAS_DOC=doc, LINEAR=linear, D=D, BLOCK_D=kernels._block_d(D), D_AMP=d_amp,
+                DA=kernels._block_d(d_amp), DP=kernels._block_d(D - d_amp))
+    bam = dict(HAS_SSMAX=True, HAS_DOC=doc, D=D, BLOCK_D=kernels._block_d(D))
     stats = {}
     for fn, consts, kw in [(kernels._bam_fwd, bam, fwd), (kernels._bam_bwd, bam, bwd),
                            (kernels._tapa_fwd, tapa, fwd), (kernels._tapa_bwd, tapa, bwd)]:
         options = {k: v for k, v in kw.items() if k in ("num_warps", "num_stages", "enable_fp_fusion")}
         consts = dict(consts, **{k: v for k, v in kw.items() if k not in options})
         # arguments: constexprs, the ints q_offset, Tq, Tk, H, the other capitalized ones pointers, else fp32
+        pointer = {"LSE": "*fp32", "DELTA": "*fp32", "PRM": "*fp32", "DPRM": "*fp32", "DOC_START": "*i32",
+                   "DOC_END": "*i32"}
         sig = {n: "constexpr" if n in consts else "i32" if n in ("q_offset", "Tq", "Tk", "H") else
-               ("*fp32" if n in ("LSE", "DELTA", "PRM", "DPRM") else "*bf16") if n.isupper() else "fp32"
-               for n in fn.arg_names}
+               pointer.get(n, "*bf16") if n.isupper() else "fp32" for n in fn.arg_names}
         aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n][0] == "*"}
         k = triton.compile(ASTSource(fn, sig, consts, aligned), target=GPUTarget("cuda", 90, 32), options=options)
         sass = k.asm["sass"]  # disassembly: one instruction a line, each ending in ";", and "LBBn:" labels
@@ -281,13 +314,17 @@ def sass_report(args):
              f"- command: `{os.path.basename(sys.executable)} {' '.join(sys.argv)}`",
              "- counts of SASS instructions in the whole kernel (each loop body once); loop bodies: instructions per "
              "iteration of each loop (forward: the unmasked key tiles, then the diagonal ones; backward: dk/dv, "
-             "then dq); shared memory in KiB", "",
-             "| kernel | D | instructions | loop bodies | " + " | ".join(SASS_OPS) + " | shared KiB |",
-             "|---|---|---|---|" + "---|" * len(SASS_OPS) + "---|"]
-    for D in args.head_dims:
-        for name, s in sm90_machine_code(D).items():
-            lines.append(f"| {name} | {D} | {s['instructions']} | {', '.join(map(str, s['loops']))} | "
-                         + " | ".join(str(s[op]) for op in SASS_OPS) + f" | {s['shared_KiB']:.1f} |")
+             "then dq); shared memory in KiB",
+             "- variants: causal = BAM with SSMax, TAPA without, no documents (what the loop counts above describe); "
+             "doc = with doc_start, both with SSMax (forward loops: the document-masked key tiles, the unmasked "
+             "ones, the diagonal ones)", "",
+             "| kernel | variant | D | instructions | loop bodies | " + " | ".join(SASS_OPS) + " | shared KiB |",
+             "|---|---|---|---|---|" + "---|" * len(SASS_OPS) + "---|"]
+    for variant, kw in (("causal", {}), ("doc", dict(doc=True, tapa_ssmax=True))):
+        for D in args.head_dims:
+            for name, s in sm90_machine_code(D, **kw).items():
+                lines.append(f"| {name} | {variant} | {D} | {s['instructions']} | {', '.join(map(str, s['loops']))} | "
+                             + " | ".join(str(s[op]) for op in SASS_OPS) + f" | {s['shared_KiB']:.1f} |")
     print("\n".join(lines))
     if args.out:
         write_report(lines, args.out)
@@ -319,6 +356,8 @@ def main():
               f"- torch {torch.__version__}, triton {triton.__version__}, {str(dtype).replace('torch.', '')}, causal",
               f"- command: `{os.path.basename(sys.executable)} {' '.join(sys.argv)}`",
               "- shapes: B=1, H=2" if args.smoke else f"- shapes: B = max(1, {args.tokens} // T), H = {args.width} // D",
+              f"- *_doc methods: {args.docs} packed documents of equal length per window (doc_start; FlexAttention: "
+              f"a document mask_mod); ×sdpa is against causal sdpa_flash over the whole window",
               "- times: median ms; ×sdpa: time / sdpa_flash time; peak: extra MiB allocated during one fwd+bwd", "",
               "| T | D | B×H | method | fwd ms | fwd ×sdpa | fwd+bwd ms | fwd+bwd ×sdpa | peak MiB |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -333,7 +372,7 @@ def main():
             q, k, v = (torch.randn(B, H, T, D, device=device, generator=g, dtype=dtype).requires_grad_()
                        for _ in range(3))
             base = None
-            for name, (fn, params) in make_methods(names, H, T, device).items():
+            for name, (fn, params) in make_methods(names, H, T, device, B=B, n_docs=args.docs).items():
                 try:
                     res = measure(fn, params, q, k, v, cuda, skip[name])
                 except Exception as e:  # report and go on: one failing baseline should not stop the table

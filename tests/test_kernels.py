@@ -21,6 +21,7 @@ TRITON_IMPORTED_TOO_EARLY = not ON_GPU and "triton" in sys.modules and os.enviro
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton/kernels are imported: kernels then run on CPU tensors
 
+import functools
 import json
 import subprocess
 import time
@@ -49,7 +50,7 @@ for problem, reason in [(TRITON_IMPORTED_TOO_EARLY, "triton was imported (by con
 import triton.language as tl
 
 import kernels
-from attention import ssmax_factor
+from attention import document_starts, ssmax_factor
 from attention_bam import bam_attention_ref
 from attention_tapa import tapa_attention_ref
 
@@ -185,6 +186,38 @@ def check_against_float64_ref(q, k, v, log_scale, shape, ssmax_scale, rtol):
         assert err <= rtol * max(rg.abs().max().item(), floor), f"grad of {name}: max abs err {err:.3g}"
 
 
+def check_against_ref64(fn, ref_fn, inputs, rtol):
+    """fn (fp32 inputs) against ref_fn on float64 copies: the output and the gradient of every input that
+    requires grad, each within rtol of max(max|float64 value|, max|dv|) (a true gradient can be 0; dv never is)."""
+    wrt = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+    out = fn(*inputs)
+    ref_inputs = [x.detach().double().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+                  for x in inputs]
+    ref = ref_fn(*ref_inputs)
+    assert out.dtype == inputs[0].dtype and torch.isfinite(out).all()
+    assert_close(out, ref, rtol, "output")
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).to(out.device)
+    grads = torch.autograd.grad(out, wrt, grad_out)
+    ref_grads = torch.autograd.grad(ref, [r for r in ref_inputs if isinstance(r, torch.Tensor) and r.requires_grad],
+                                    grad_out.double())
+    floor = ref_grads[2].abs().max().item()
+    for i, (g, rg) in enumerate(zip(grads, ref_grads)):
+        err = (g.double() - rg).abs().max().item()
+        assert g.shape == rg.shape and err <= rtol * max(rg.abs().max().item(), floor), \
+            f"grad of input {i}: max abs err {err:.3g}"
+
+
+@pytest.mark.parametrize("D", [24, 48, 80, 96])
+def test_bam_head_dims_not_power_of_2(D):
+    """Any head dim up to 128: the kernel pads the head dim to a power of 2 (a column mask, no padded copy);
+    48 and 96 are the FineWeb presets' heads (768/16, 1536/16). Float64 reference, every gradient."""
+    q, k, v = make_qkv(1, 2, 37, 37, D)
+    log_scale, shape, ssmax_scale = bam_params(2, 0.7, ssmax=True)
+    check_against_ref64(lambda q, k, v, ls, sh, ss: kernels.bam_attention(q, k, v, ls, sh, ssmax_scale=ss),
+                        lambda q, k, v, ls, sh, ss: bam_attention_ref(q, k, v, ls, sh, ssmax_scale=ss),
+                        [q, k, v, log_scale, shape, ssmax_scale], 1e-4)
+
+
 @pytest.mark.parametrize("q_gain,log_scale,shape,ssmax", [(8.0, [-1.0, 0.0], [0.5, 0.5], True),
                                                          (1.0, [20.0, 20.0], [1.0, 1.0], False)])
 def test_bam_per_head_gradients_sharp_attention(q_gain, log_scale, shape, ssmax):
@@ -232,6 +265,36 @@ def test_tapa_matches_reference(theta, alpha, D):
                       [q, k, v], RTOL[torch.float32])
 
 
+@pytest.mark.parametrize("D,theta,phase", [(24, 0.5, "quadratic"), (48, 0.5, "quadratic"), (48, 0.3, "linear"),
+                                           (80, 0.5, "linear"), (96, 0.5, "quadratic")])
+def test_tapa_head_dims_not_power_of_2(D, theta, phase):
+    """Head dims that are no power of 2: the amplitude and phase parts are loaded as two tiles, each padded to
+    a power of 2 (D = 48, theta = 0.3: 14 amplitude dims in a 16-wide tile, 34 phase dims in a 64-wide one).
+    With SSMax; float64 reference, every gradient (ssmax_scale's included)."""
+    q, k, v = make_qkv(1, 2, 37, 37, D)
+    s = torch.tensor([0.8, 1.3], device=DEVICE, requires_grad=True)
+    check_against_ref64(
+        lambda q, k, v, s: kernels.tapa_attention(q, k, v, theta=theta, ssmax_scale=s, phase=phase),
+        lambda q, k, v, s: tapa_attention_ref(q, k, v, theta=theta, ssmax_scale=s, phase=phase, chunk_size=16),
+        [q, k, v, s], 1e-4)
+
+
+@pytest.mark.parametrize("phase,ssmax,Tq,Tk,q_offset", [("quadratic", True, 37, 37, 0), ("linear", False, 37, 37, 0),
+                                                        ("linear", True, 37, 37, 0), ("linear", True, 5, 29, 24)])
+def test_tapa_ssmax_and_linear_phase(phase, ssmax, Tq, Tk, q_offset):
+    """TAPA with SSMax (the score times s_h·log(i + 1)) and the linear-phase ablation, forward and every
+    gradient, ssmax_scale's included (returned through autograd), against tapa_attention_ref."""
+    q, k, v = make_qkv(2, 2, Tq, Tk, 32)
+    s = torch.tensor([0.8, 1.3], device=DEVICE, requires_grad=True) if ssmax else None
+
+    def fn(q, k, v, s):
+        return kernels.tapa_attention(q, k, v, q_offset=q_offset, ssmax_scale=s, phase=phase)
+
+    def ref(q, k, v, s):
+        return tapa_attention_ref(q, k, v, phase=phase, q_offset=q_offset, ssmax_scale=s, chunk_size=16)
+    check_against_ref(fn, ref, [q, k, v, s], RTOL[torch.float32])
+
+
 @pytest.mark.parametrize("Tq,Tk,q_offset", [(5, 29, 24), (5, 29, 10), (1, 29, 28)])
 def test_tapa_q_offset(Tq, Tk, q_offset):
     q, k, v = make_qkv(1, 2, Tq, Tk, 32)
@@ -254,6 +317,119 @@ def test_tapa_honours_theta_and_alpha():
             out = kernels.tapa_attention(q, k, v, theta=theta, alpha=alpha)
             assert (out - base).abs().max() > 1e-3, f"theta={theta}, alpha={alpha} gave the default output"
             assert_close(out, tapa_attention_ref(q, k, v, theta=theta, alpha=alpha), 1e-4, f"theta={theta}")
+
+
+# ----------------------------------------------------------------------------- packed documents (doc_start)
+
+# Two rows of T = 40 with 16-wide tiles: a one-token document and odd lengths; row 1's documents start at 15 and
+# 31, one key before a tile boundary (the first key tile a query tile visits is the one holding its first row's
+# doc_start); row 2's start on a boundary (16) and end one row past one (33: the dk/dv loop of key tile 16 must
+# still visit query tile 32); query tile 32 of both rows skips key tile 0.
+DOC_LENGTHS = [[5, 1, 9, 16, 9], [16, 17, 7]]
+
+
+def packed(lengths):
+    """doc_start (B, T) of rows of documents with these lengths, through attention.document_starts."""
+    doc_ids = torch.tensor([[d for d, n in enumerate(row) for _ in range(n)] for row in lengths])
+    return document_starts(doc_ids).to(DEVICE)
+
+
+def each_document_alone(ref_fn, lengths):
+    """The packed (B, H, T, D) output built from ref_fn run on every document's slice alone, from position 0.
+    Its gradients are those of the documents alone; for the per-head (H,) parameters autograd sums them over
+    the documents, the packed kernel's per-head gradient must equal that sum."""
+    def packed_ref(q, k, v, *params):
+        rows = []
+        for b, row in enumerate(lengths):
+            starts = [sum(row[:d]) for d in range(len(row))]
+            rows.append(torch.cat([ref_fn(q[b:b + 1, :, a:a + n], k[b:b + 1, :, a:a + n], v[b:b + 1, :, a:a + n],
+                                          *params) for a, n in zip(starts, row)], dim=2))
+        return torch.cat(rows, dim=0)
+    return packed_ref
+
+
+@pytest.mark.parametrize("shape,ssmax", [(0.5, False), (0.5, True), (1.5, True), (-0.5, True)])
+def test_bam_documents_match_each_document_alone(shape, ssmax):
+    """bam_attention with doc_start on packed documents equals bam_attention_ref on each document alone: the
+    output and every gradient (log_scale's, shape's and ssmax_scale's summed over the documents). SSMax's n
+    counts the keys of the query's own document; the bias depends on i − j only."""
+    T = sum(DOC_LENGTHS[0])
+    q, k, v = make_qkv(2, 2, T, T, 16)
+    log_scale, shape_t, ssmax_scale = bam_params(2, shape, ssmax)
+    doc_start = packed(DOC_LENGTHS)
+
+    def fn(q, k, v, ls, sh, ss):
+        return kernels.bam_attention(q, k, v, ls, sh, ssmax_scale=ss, doc_start=doc_start)
+
+    def alone(q, k, v, ls, sh, ss):
+        return bam_attention_ref(q, k, v, ls, sh, ssmax_scale=ss, chunk_size=16)
+    check_against_ref(fn, each_document_alone(alone, DOC_LENGTHS), [q, k, v, log_scale, shape_t, ssmax_scale],
+                      RTOL[torch.float32])
+
+
+@pytest.mark.parametrize("phase,ssmax", [("quadratic", False), ("quadratic", True), ("linear", False),
+                                         ("linear", True)])
+def test_tapa_documents_match_each_document_alone(phase, ssmax):
+    """tapa_attention with doc_start equals tapa_attention_ref on each document alone (|i − j| is unchanged,
+    n_i counts the query's document): the output and every gradient, ssmax_scale's summed over the documents."""
+    T = sum(DOC_LENGTHS[0])
+    q, k, v = make_qkv(2, 2, T, T, 16)
+    s = torch.tensor([0.8, 1.3], device=DEVICE, requires_grad=True) if ssmax else None
+    doc_start = packed(DOC_LENGTHS)
+
+    def fn(q, k, v, s):
+        return kernels.tapa_attention(q, k, v, ssmax_scale=s, phase=phase, doc_start=doc_start)
+
+    def alone(q, k, v, s):
+        return tapa_attention_ref(q, k, v, phase=phase, ssmax_scale=s, chunk_size=16)
+    check_against_ref(fn, each_document_alone(alone, DOC_LENGTHS), [q, k, v, s], RTOL[torch.float32])
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN slice encountered:RuntimeWarning")  # the interpreter's numpy: the point
+def test_documents_skip_key_tiles(monkeypatch):
+    """Key tiles wholly before a query tile's documents are not visited, forward and backward: NaN in keys and
+    values of an earlier document, or in the output gradient of a later document, stays out of the rows and
+    keys that never meet (a visited tile would spread the NaN: 0·NaN = NaN in the dots). 16×16 tiles on a GPU
+    too (the interpreter's): which tiles are skipped depends on the tile sizes."""
+    if ON_GPU:
+        fwd, bwd = kernels._launch_kwargs(torch.empty(1, 1, 1, 16, device=DEVICE))
+        tiles = (dict(fwd, BLOCK_M=16, BLOCK_N=16), dict(bwd, BLOCK_M1=16, BLOCK_N1=16, BLOCK_M2=16, BLOCK_N2=16))
+        monkeypatch.setattr(kernels, "_launch_kwargs", lambda q: tiles)
+    T = sum(DOC_LENGTHS[1])  # row 2 alone: documents [0, 16), [16, 33), [33, 40)
+    q, k, v = (x.detach() for x in make_qkv(1, 2, T, T, 16))
+    k[:, :, :16], v[:, :, :16] = float("nan"), float("nan")  # the first document, key tile 0
+    doc_start = packed(DOC_LENGTHS[1:])
+    out = _bam(q, k, v, doc_start=doc_start)
+    assert torch.isfinite(out[:, :, 16:]).all() and torch.isnan(out[:, :, :16]).all()
+    q, k, v = make_qkv(1, 2, T, T, 16)
+    grad_out = torch.randn(1, 2, T, 16, device=DEVICE)
+    grad_out[:, :, 16:] = float("nan")  # every query tile but the first
+    for out in (_bam(q, k, v, doc_start=doc_start), kernels.tapa_attention(q, k, v, doc_start=doc_start)):
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_out)
+        assert torch.isfinite(dk[:, :, :16]).all() and torch.isfinite(dv[:, :, :16]).all()
+        assert torch.isfinite(dq[:, :, :16]).all()
+
+
+def test_documents_gpu_tiles(monkeypatch):
+    """doc_start with the GPU's large, unequal tiles (forward 128×64, backward 32×128 and 128×32), D = 48:
+    documents that start inside, on and across tile boundaries, and key tiles skipped. bf16 inputs on a GPU,
+    fp32 inputs with the bf16 tiles under the interpreter."""
+    lengths = [[40, 1, 23, 77, 9], [64, 86]]
+    T = sum(lengths[0])
+    dtype = torch.bfloat16 if ON_GPU else torch.float32
+    if not ON_GPU:
+        use_gpu_tiles(monkeypatch, 48, torch.bfloat16)
+    q, k, v = make_qkv(2, 1, T, T, 48, dtype=dtype)
+    log_scale, shape, s = bam_params(1, 0.5, ssmax=True)
+    doc_start = packed(lengths)
+    check_against_ref(lambda q, k, v, ls, sh, s: kernels.bam_attention(q, k, v, ls, sh, ssmax_scale=s,
+                                                                       doc_start=doc_start),
+                      each_document_alone(lambda q, k, v, ls, sh, s: bam_attention_ref(q, k, v, ls, sh,
+                                                                                       ssmax_scale=s), lengths),
+                      [q, k, v, log_scale, shape, s], RTOL[dtype])
+    check_against_ref(lambda q, k, v, s: kernels.tapa_attention(q, k, v, ssmax_scale=s, doc_start=doc_start),
+                      each_document_alone(lambda q, k, v, s: tapa_attention_ref(q, k, v, ssmax_scale=s), lengths),
+                      [q, k, v, s], max(RTOL[dtype], 2e-4))  # cos(w·φ) amplifies the rounding of φ
 
 
 # ----------------------------------------------------------------------------- GPU tiles, errors, bench
@@ -304,7 +480,8 @@ def _bam(q, k, v, H=2, **kw):
 
 
 @pytest.mark.parametrize("make_call,error,match", [
-    (lambda: _bam(*make_qkv(1, 2, 8, 8, 48)), ValueError, "head dim 48"),
+    (lambda: _bam(*make_qkv(1, 2, 8, 8, 160)), ValueError, "head dim 160"),
+    (lambda: kernels.tapa_attention(*make_qkv(1, 2, 8, 8, 136)), ValueError, "head dim 136"),
     (lambda: kernels.tapa_attention(*make_qkv(1, 2, 8, 8, 8)), ValueError, "head dim 8"),
     (lambda: _bam(*make_qkv(1, 2, 8, 8, 16)[:2], torch.randn(1, 2, 9, 16, device=DEVICE)), ValueError, "shape mismatch"),
     (lambda: _bam(make_qkv(1, 2, 8, 8, 16)[0], *make_qkv(1, 2, 8, 8, 32)[1:]), ValueError, "shape mismatch"),
@@ -315,6 +492,15 @@ def _bam(q, k, v, H=2, **kw):
     (lambda: _bam(*make_qkv(1, 2, 8, 8, 16), loc=torch.zeros(2, device=DEVICE, requires_grad=True)), ValueError, "loc"),
     (lambda: kernels.tapa_attention(*make_qkv(1, 2, 8, 8, 16), theta=0.99), ValueError, "theta"),
     (lambda: kernels.tapa_attention(*make_qkv(1, 2, 8, 8, 16), alpha=-1.0), ValueError, "alpha"),
+    (lambda: kernels.tapa_attention(*make_qkv(1, 2, 8, 8, 16), phase="cubic"), ValueError, "phase"),
+    (lambda: kernels.tapa_attention(*make_qkv(1, 2, 8, 8, 16), ssmax_scale=torch.ones(3, device=DEVICE)), ValueError,
+     r"ssmax_scale must have shape \(H,\)"),
+    (lambda: _bam(*make_qkv(1, 2, 4, 8, 16), q_offset=4, doc_start=packed([[2, 2]])), ValueError, "q_offset = 0"),
+    (lambda: _bam(make_qkv(1, 2, 4, 8, 16)[0], *make_qkv(1, 2, 8, 8, 16)[1:], doc_start=packed([[2, 2]])),
+     ValueError, "Tq = Tk"),
+    (lambda: kernels.tapa_attention(*make_qkv(1, 2, 8, 8, 16), doc_start=packed([[3, 4]])), ValueError,
+     r"doc_start must be an integer tensor of shape \(B, T\) = \(1, 8\)"),
+    (lambda: _bam(*make_qkv(1, 2, 8, 8, 16), doc_start=packed([[3, 5]]).float()), ValueError, "document_starts"),
 ])
 def test_errors(make_call, error, match):
     with pytest.raises(error, match=match):
@@ -343,32 +529,38 @@ def test_bench_smoke(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # bench.py decides
     t0 = time.time()
     res = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--smoke", "--methods", "sdpa_flash", "bam",
-                          "bam_ssmax", "tapa", "ref_bam", "--out", str(tmp_path / "bench.md")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=180)
+                          "bam_ssmax", "tapa", "ref_bam", "bam_doc", "tapa_doc", "--out", str(tmp_path / "bench.md")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "| bam |" in res.stdout and "| tapa |" in res.stdout and "error" not in res.stdout, res.stdout
     report = (tmp_path / "bench.md").read_text()
-    assert all(f"| 40 | 16 | 1×2 | {m} |" in report for m in ("bam", "bam_ssmax", "tapa", "ref_bam")), report
+    assert all(f"| 40 | 16 | 1×2 | {m} |" in report
+               for m in ("bam", "bam_ssmax", "tapa", "ref_bam", "bam_doc", "tapa_doc")), report
     assert (tmp_path / "bench.png").stat().st_size > 10_000  # the figure beside it
     assert time.time() - t0 < 180
 
 
-@pytest.mark.parametrize("name", ["flex_bam", "flex_bam_ssmax"])
+@pytest.mark.parametrize("name", ["flex_bam", "flex_bam_ssmax", "flex_bam_doc", "bam_doc"])
 def test_bench_flex_baselines_compute_bam(name):
-    """bench.py's FlexAttention baselines (a score_mod over the captured learnable (H,) tensors, a causal block
-    mask) equal bam_attention_ref, so the benchmark compares like with like. Forward only on CPU (FlexAttention
-    has no CPU backward); on a GPU also every gradient, the captured tensors' included."""
+    """bench.py's FlexAttention baselines (a score_mod over the captured learnable (H,) tensors, a causal or
+    document block mask) equal bam_attention_ref (on each document alone for the *_doc methods: 3 documents in
+    each of 2 rows), so the benchmark compares like with like. Forward only on CPU (FlexAttention has no CPU
+    backward); on a GPU also every gradient, the captured tensors' included."""
     import bench
-    T, H, D = 40, 2, 16
-    fn, params = bench.make_methods([name], H, T, DEVICE)[name]
+    B, T, H, D = 2, 40, 2, 16
+    fn, params = bench.make_methods([name], H, T, DEVICE, B=B, n_docs=3)[name]
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():  # away from the ALiBi init (β = 1, s = 1)
         for p in params:
             p.add_(0.2 * torch.randn(p.shape, generator=g).to(DEVICE))
-    q, k, v = (torch.randn(1, H, T, D, generator=g).to(DEVICE).requires_grad_(ON_GPU) for _ in range(3))
-    ssmax = params[2] if name == "flex_bam_ssmax" else None
+    q, k, v = (torch.randn(B, H, T, D, generator=g).to(DEVICE).requires_grad_(ON_GPU) for _ in range(3))
+    ssmax = params[2] if len(params) == 3 else None
+    ref_fn = functools.partial(bam_attention_ref, log_scale=params[0], shape=params[1], ssmax_scale=ssmax)
+    if name.endswith("_doc"):
+        lengths = torch.bincount(bench.packed_doc_ids(1, T, 3, "cpu")[0]).tolist()
+        ref_fn = each_document_alone(ref_fn, [lengths] * B)
     with torch.set_grad_enabled(ON_GPU):
-        out, ref = fn(q, k, v), bam_attention_ref(q, k, v, params[0], params[1], ssmax_scale=ssmax)
+        out, ref = fn(q, k, v), ref_fn(q, k, v)
     assert_close(out, ref, 1e-4, "output")
     if ON_GPU:
         grads = torch.autograd.grad(out, [q, k, v] + params, torch.ones_like(out))
@@ -388,8 +580,9 @@ def test_bench_plot(tmp_path):
 
 
 def test_kernels_compile_for_sm90():
-    """The interpreter does not compile: build the bf16 kernels (D = 64) for an H100 (sm_90) on the CPU and
-    read their machine code (bench.sm90_machine_code): the dots are Hopper's wgmma (HGMMA), log2/cos/sin
+    """The interpreter does not compile: build the bf16 kernels (D = 64; and D = 48 with doc_start, TAPA with
+    SSMax and the linear phase, which the interpreter's loose typing would not catch) for an H100 (sm_90) on the
+    CPU and read their machine code (bench.sm90_machine_code): the dots are Hopper's wgmma (HGMMA), log2/cos/sin
     one MUFU op each (kernels.FAST_MATH), nothing goes through local memory (no register spills, no
     libdevice slow path of cos/sin), shared memory fits the 227 KiB of a Hopper SM."""
     try:
@@ -397,19 +590,23 @@ def test_kernels_compile_for_sm90():
     except ImportError as e:
         pytest.skip(f"triton has no NVIDIA backend here: {e}")
     env = dict(os.environ, TRITON_INTERPRET="0")
-    code = "import bench, json; print(json.dumps(bench.sm90_machine_code(64)))"
+    # the default kernels at D = 64; then D = 48 (padded to 64) with documents, TAPA with SSMax and the linear phase
+    code = ("import bench, json; print(json.dumps([bench.sm90_machine_code(64), "
+            "bench.sm90_machine_code(48, doc=True, tapa_ssmax=True, linear=True)]))")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
-    stats = json.loads(res.stdout.strip().splitlines()[-1])
-    assert sorted(stats) == ["_bam_bwd", "_bam_fwd", "_tapa_bwd", "_tapa_fwd"]
-    for name, s in stats.items():
-        needed = ["HGMMA", "MUFU.EX2", "MUFU.LG2"] + (["MUFU.COS"] if "tapa" in name else [])
-        needed += ["MUFU.SIN"] if name == "_tapa_bwd" else []
-        assert all(s[op] > 0 for op in needed), (name, s)
-        assert s["HMMA"] == s["LDL"] == s["STL"] == 0, (name, s)
-        assert 0 < s["shared_KiB"] <= 227, (name, s)
-        if name.endswith("_fwd"):  # the key tiles below the diagonal run a loop without the causal mask: shorter
-            assert len(s["loops"]) == 2 and s["loops"][0] < s["loops"][1], (name, s["loops"])
+    for doc, stats in zip((False, True), json.loads(res.stdout.strip().splitlines()[-1])):
+        assert sorted(stats) == ["_bam_bwd", "_bam_fwd", "_tapa_bwd", "_tapa_fwd"]
+        for name, s in stats.items():
+            needed = ["HGMMA", "MUFU.EX2", "MUFU.LG2"] + (["MUFU.COS"] if "tapa" in name else [])
+            needed += ["MUFU.SIN"] if name == "_tapa_bwd" else []
+            assert all(s[op] > 0 for op in needed), (name, s)
+            assert s["HMMA"] == s["LDL"] == s["STL"] == 0, (name, s)
+            assert 0 < s["shared_KiB"] <= 227, (name, s)
+            if name.endswith("_fwd") and not doc:  # the key tiles below the diagonal run a loop without the causal
+                assert len(s["loops"]) == 2 and s["loops"][0] < s["loops"][1], (name, s["loops"])  # mask: shorter
+            if name.endswith("_fwd") and doc:  # document-masked tiles, then unmasked ones (shortest), then diagonal
+                assert len(s["loops"]) == 3 and s["loops"][1] < min(s["loops"][0], s["loops"][2]), (name, s["loops"])
 
 
 def test_sass_loop_bodies():
