@@ -645,6 +645,39 @@ def test_model_triton_impl_matches_torch_impl(pos, ssmax):
     assert torch.allclose(step[0, -1], la[0, 13], atol=1e-4)
 
 
+@pytest.mark.parametrize("pos,ssmax,phase,n_embd", [("bam", True, "quadratic", 32), ("bam", False, "quadratic", 96),
+                                                   ("tapa", True, "quadratic", 32), ("tapa", False, "linear", 32),
+                                                   ("tapa", True, "linear", 96)])
+def test_model_triton_impl_with_documents_matches_torch_impl(pos, ssmax, phase, n_embd):
+    """Packed documents (doc_ids) through the model: attn_impl='triton' gives the logits and every parameter
+    gradient of attn_impl='torch' (issue 16), for TAPA with SSMax and the linear phase too, and for head dim 48
+    (n_embd 96, 2 heads) where the kernels pad the head dim."""
+    from model import GPT, GPTConfig
+    if ON_GPU:
+        pytest.skip("CPU wiring check")
+    args = dict(block_size=32, vocab_size=37, n_layer=2, n_head=2, n_embd=n_embd, pos=pos, ssmax=ssmax,
+                tapa_phase=phase)
+    torch.manual_seed(0)
+    ref = GPT(GPTConfig(**args))
+    with torch.no_grad():  # move SSMax s and the BAM shape off their init, so that a wrong n or Δ shows
+        for name, p in ref.named_parameters():
+            if name.endswith("ssmax.scale") or name.endswith("pos_bias.shape"):
+                p.uniform_(0.5, 1.5)
+    fused = GPT(GPTConfig(**args, attn_impl="triton"))
+    fused.load_state_dict(ref.state_dict())
+    x = torch.randint(0, 37, (2, 21))
+    doc_ids = torch.tensor([[0] * 5 + [1] + [2] * 9 + [3] * 6, [4] * 13 + [5] * 8])  # lengths 5, 1, 9, 6 and 13, 8
+    la, loss_a = ref(x, x, doc_ids=doc_ids)
+    lb, loss_b = fused(x, x, doc_ids=doc_ids)
+    assert torch.allclose(la, lb, atol=1e-4)
+    loss_a.backward()
+    loss_b.backward()
+    for (name, pa), (_, pb) in zip(ref.named_parameters(), fused.named_parameters()):
+        assert torch.allclose(pa.grad, pb.grad, atol=1e-4, rtol=1e-3), name
+    alone, _ = ref(x[:1, 6:15], keep_last=None)  # the third document of row 0, run alone from position 0
+    assert torch.allclose(lb[0, 6:15], alone[0], atol=1e-4)
+
+
 def test_model_triton_impl_refuses_what_the_kernels_lack():
     """Variants without a kernel, and attention dropout in training (TAPA with SSMax or linear phase and packed
     documents have kernels since issue 16)."""
