@@ -57,15 +57,20 @@ def gpt2_tokenizer():
 torch.set_num_threads(1)
 
 
-def make_tiny_gpt(pos="bam", ssmax=True, block_size=32):
-    """A 2-layer byte-level GPT in eval mode with a non-trivial BAM prior and SSMax scale (shared by the eval tests)."""
+def make_tiny_gpt(pos="bam", ssmax=True, block_size=32, vocab_size=257, n_head=4, **config):
+    """A 2-layer GPT in eval mode (byte-level by default) whose positional parameters are moved off their init:
+    SSMax s, the BAM shape β, FIRE's threshold L (3, so that its normaliser depends on the query position), so
+    that a wrong n, distance or position shows in the logits. Shared by the eval and document tests."""
     from model import GPT, GPTConfig
     torch.manual_seed(0)
-    m = GPT(GPTConfig(block_size=block_size, vocab_size=257, n_layer=2, n_head=4, n_embd=32, pos=pos, ssmax=ssmax))
+    m = GPT(GPTConfig(block_size=block_size, vocab_size=vocab_size, n_layer=2, n_head=n_head, n_embd=32, pos=pos,
+                      ssmax=ssmax, **config))
     with torch.no_grad():
         for name, p in m.named_parameters():
-            if name.endswith("prior.shape"):
+            if name.endswith("pos_bias.shape"):
                 p.uniform_(0.3, 1.5)
             if name.endswith("ssmax.scale"):
                 p.uniform_(0.5, 1.5)
+            if name.endswith("pos_bias.threshold"):
+                p.fill_(3.0)
     return m.eval()

@@ -6,6 +6,7 @@ import torch
 from attention import document_starts
 from attention_bam import bam_attention_ref
 from attention_tapa import tapa_attention_ref
+from conftest import make_tiny_gpt
 from model import GPT, GPTConfig, POS_VARIANTS
 
 
@@ -35,21 +36,8 @@ SPLITS = [[5, 1, 12, 7, 9], [1, 3, 15, 1, 9, 5]]  # two rows of 34 tokens: lengt
 
 
 def tiny_gpt(pos, ssmax, phase="quadratic"):
-    """A 2-layer GPT in eval mode whose positional parameters are moved off their init (SSMax s, BAM β, FIRE's
-    threshold L below the documents' lengths, so that its normaliser ψ(max(L, i)) depends on i), so that a wrong
-    n or a wrong position shows in the logits."""
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(block_size=64, vocab_size=50, n_layer=2, n_head=2, n_embd=32, pos=pos, ssmax=ssmax,
-                          tapa_phase=phase))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("ssmax.scale"):
-                p.uniform_(0.5, 1.5)
-            if name.endswith("pos_bias.shape"):
-                p.uniform_(0.3, 1.5)
-            if name.endswith("pos_bias.threshold"):
-                p.fill_(3.0)
-    return model.eval()
+    """conftest.make_tiny_gpt at block_size 64, vocab 50, 2 heads: SSMax s, BAM β and FIRE's L moved off their init."""
+    return make_tiny_gpt(pos, ssmax, block_size=64, vocab_size=50, n_head=2, tapa_phase=phase)
 
 
 def packed_batch(splits, seed=0):
