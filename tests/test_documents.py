@@ -7,7 +7,7 @@ from attention import document_starts
 from attention_bam import bam_attention_ref
 from attention_tapa import tapa_attention_ref
 from conftest import make_tiny_gpt
-from model import GPT, GPTConfig, POS_VARIANTS
+from model import POS_VARIANTS
 
 
 def test_document_starts_against_a_naive_loop():
