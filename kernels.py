@@ -6,7 +6,7 @@ Fused Triton attention kernels for GGD-BAM (+SSMax) and TAPA (+SSMax), FlashAtte
 
 Both take doc_start (packed documents, SPEC §2) and any head dim D from 16 to 128.
 The oracles are bam_attention_ref (attention_bam.py) and tapa_attention_ref
-(attention_tapa.py); tests/test_kernels.py compares outputs and gradients.
+(attention_tapa.py); tests/test_kernels*.py compare outputs and gradients.
 
 Tiling. One forward program owns BLOCK_M query rows of one (batch, head) and
 walks over key tiles of BLOCK_N keys with an online softmax (running max m,
