@@ -870,7 +870,7 @@ class _TAPAAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable  # no double backward: a clear error, not a wrong gradient
     def backward(ctx, do):
         q, k, v, o, lse, prm, doc = ctx.saved_tensors
-        (B, H, Tq, D), Tk = q.shape, k.shape[2]
+        (B, H, Tq, _), Tk = q.shape, k.shape[2]
         _, bwd = _launch_kwargs(q)
         n_prog = max(triton.cdiv(Tk, bwd["BLOCK_N1"]), triton.cdiv(Tq, bwd["BLOCK_M2"]))
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)

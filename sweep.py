@@ -18,7 +18,6 @@ the sweep is run again, and results.md keeps its hand-written part (from "## Rea
 
 import argparse
 import json
-import math
 import os
 import shutil
 import time
@@ -82,10 +81,10 @@ def plot_lines(table, lengths, ylabel, path, logy=False):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, values in table.items():
+    for i, (name, values) in enumerate(table.items()):
         pts = [(x, y) for x, y in zip(lengths, values) if y is not None]
-        if pts:
-            ax.plot(*zip(*pts), marker="o", label=name, ls="--" if "ssmax" in name else "-")
+        if pts:  # 10 colours: the 11th variant on takes a square marker, so no two lines look alike
+            ax.plot(*zip(*pts), marker="o" if i < 10 else "s", label=name, ls="--" if "ssmax" in name else "-")
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [f"{x}x" for x in lengths])
     if logy:

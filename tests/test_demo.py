@@ -17,7 +17,7 @@ from model import load_checkpoint
 from passkey import run_passkey
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAR_32X = 0.7  # measured: see README
+FAR_32X = 0.8  # the target; measured 100% (2 threads) and 95% (1 thread): see README
 RUN_DEMO = os.environ.get("NANOPE_DEMO_TEST") == "1" or os.environ.get("CI") == "true"
 
 

@@ -3,13 +3,13 @@ positional parameters, their logging, the passkey set's padding outside the loss
 diagnostic. Each is checked against an independent computation (closed forms of AdamW's first step, a naive
 softmax, the raw token stream)."""
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from configurator import InputError
 import train
 from attention_bam import GGDPrior, ggd_bias, per_head_shape_init
 from data.passkey import build_dataset, passkey_prompt
@@ -51,6 +51,12 @@ def test_shape_init_from_the_command_line(arg, expected):
     model = GPT(GPTConfig(**{k: cfg[k] for k in train.MODEL_KEYS if k in cfg and k != "vocab_size"}, vocab_size=257))
     for block in model.transformer.h:
         assert torch.allclose(block.attn.pos_bias.shape, per_head_shape_init(expected, cfg["n_head"]))
+
+
+def test_shape_init_expression_on_the_command_line_names_the_fix():
+    """A list with 1/3 in it (Python in a config file, not a literal on the command line) is refused, saying so."""
+    with pytest.raises(InputError, match=r"not a Python literal.*1/3 as 0.3333"):
+        train.get_config(["--bam_shape_init=[1, [0, 1/3, 1/2, 1]]"], DEFAULTS)
 
 
 def test_one_entry_per_layer_the_last_serving_the_rest():

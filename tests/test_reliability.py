@@ -18,7 +18,7 @@ import torch
 import passkey
 import train
 from checks import NonFiniteError
-from configurator import InputError, MissingFileError, run_script
+from configurator import InputError, run_script
 from conftest import make_tiny_gpt
 from data.tokenizer import write_meta, write_split
 from model import GPT, load_checkpoint
