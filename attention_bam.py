@@ -52,8 +52,9 @@ def per_head_shape_init(shape_init, n_head):
     except (TypeError, ValueError):
         beta = None
     if beta is None or len(beta) != n_head or not torch.isfinite(beta).all():
-        raise ValueError(f"bam_shape_init must be a number, 'linear' or {n_head} numbers (one per head), "
-                         f"got {shape_init!r}")
+        raise ValueError(f"bam_shape_init must be a number, 'linear' or {n_head} numbers (one per head, n_head = "
+                         f"{n_head}), got {shape_init!r}: give {n_head} numbers, or 'linear' "
+                         f"(e.g. --bam_shape_init=\"[1, 'linear']\" with the CPU demo's config, whose list is for 4 heads)")
     return beta
 
 

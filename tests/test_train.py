@@ -13,7 +13,7 @@ from model import load_checkpoint
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULTS = train.demo_config()  # the CPU demo's settings: what `python train.py` runs
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4", "--eval_iters=2",
-        "--device=cpu", "--warmup_iters=2", "--learning_rate=3e-3"]
+        "--device=cpu", "--warmup_iters=2", "--learning_rate=3e-3", "--bam_shape_init=[1, 'linear']"]  # the demo's is 4 heads
 
 
 # ---------------------------------------------------------------- configurator
