@@ -159,6 +159,7 @@ def test_ctrl_c_checkpoints_and_resumes_exactly(tmp_path, shakespeare_byte, monk
     """Ctrl-C between evaluations: the iteration finishes, a checkpoint is written there, and resuming from it
     ends where an uninterrupted run ends."""
     import signal
+    handler_before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN under nohup / a background job
     common = ["--eval_interval=4", "--lr_decay_iters=8", "--pos=bam", "--ssmax=True", "--dropout=0.1",
               "--max_iters=8"]
     full = run(common, tmp_path / "a", shakespeare_byte)
@@ -172,7 +173,7 @@ def test_ctrl_c_checkpoints_and_resumes_exactly(tmp_path, shakespeare_byte, monk
     with pytest.raises(KeyboardInterrupt):  # after saving, train() stops its caller too
         run(common, tmp_path / "b", shakespeare_byte)
     monkeypatch.setattr(train, "get_lr", get_lr)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # train() put the handler back
+    assert signal.getsignal(signal.SIGINT) is handler_before  # train() put the handler back
     assert torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)["iter_num"] == 6
     assert "interrupted: saved" in (tmp_path / "b" / "log.txt").read_text()
     resumed = run(common + ["--init_from=resume"], tmp_path / "b", shakespeare_byte)
