@@ -56,9 +56,9 @@ def parse_value(key, text, default):
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        if key in MIXED_KEYS and not text.lstrip().startswith(("[", "(")):
-            return text  # a word: "linear", "alibi"
         if key in MIXED_KEYS:
+            if not text.lstrip().startswith(("[", "(")):
+                return text  # a word: "linear", "alibi"
             raise InputError(f"--{key}={text} is not a Python literal: write numbers, not expressions "
                              f"(1/3 as 0.3333)") from None
         raise InputError(f"--{key} expects {type(default).__name__}, got {text!r}") from None
