@@ -8,8 +8,9 @@ the same way, then passkey retrieval and perplexity against context length.
     python sweep.py --docs_only           # rewrite results.md and the plots from docs/sweep.json
 
 For each variant: (1) train the CPU demo (config/cpu_demo.py, as `python train.py`
-runs it) on the synthetic passkey set and run passkey.py's evaluation at 1x..64x its
-block_size, 20 prompts per length at evenly spaced depths; (2) train the same-sized
+runs it: 2,000 steps), resume it to 4,000 steps with the cosine stretched to 4,000 (at
+2,000 NoPE, sinusoidal and TAPA have not learned the copy yet), and run passkey.py's
+evaluation at 1x..64x its block_size, 20 prompts per length at evenly spaced depths; (2) train the same-sized
 model on tiny Shakespeare (byte tokenizer) and measure perplexity on the held-out 10%
 at 1x..16x. Same seed, data, steps and size for every variant; TAPA at a 5x lower
 learning rate, the ratio to RoPE its paper used. Finished trainings are reused when
@@ -40,10 +41,12 @@ LR_FACTOR = {"tapa": 0.2}
 ROOT = os.path.dirname(os.path.abspath(__file__))
 SHAKESPEARE_LOCAL = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
 
-FULL = dict(passkey_iters=None, passkey_lengths=[1, 2, 4, 8, 16, 32, 64], depths=5, samples=4,
+# passkey_iters: the passkey model trains to the first count, then is resumed to each next one with the
+# cosine stretched to it (a warm restart); the CPU demo's own run is the first stage of the full sweep
+FULL = dict(passkey_iters=[2000, 4000], passkey_lengths=[1, 2, 4, 8, 16, 32, 64], depths=5, samples=4,
             shakespeare_iters=300, ppl_lengths=[1, 2, 4, 8, 16], ppl_tokens=16384,
-            model=[])  # the CPU demo as it is (passkey_iters None: its max_iters)
-QUICK = dict(passkey_iters=4, passkey_lengths=[1, 2], depths=2, samples=1,
+            model=[])  # the CPU demo as it is
+QUICK = dict(passkey_iters=[2, 4], passkey_lengths=[1, 2], depths=2, samples=1,
              shakespeare_iters=4, ppl_lengths=[1, 2], ppl_tokens=1024,
              model=["--n_layer=1", "--n_embd=32", "--n_head=2", "--batch_size=2", "--eval_iters=1"])
 
@@ -53,10 +56,11 @@ def name_of(pos, ssmax):
 
 
 def train_variant(args, out_dir):
-    """train.py with config/cpu_demo.py and these --key=value args; reuses a finished run in out_dir."""
+    """train.py with config/cpu_demo.py and these --key=value args; a run in out_dir is resumed to max_iters,
+    or reused if it has got that far."""
     cfg = train.demo_config(args + [f"--out_dir={out_dir}"])
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
-    if os.path.isfile(ckpt_path) and torch.load(ckpt_path, weights_only=True)["iter_num"] == cfg["max_iters"]:
+    if os.path.isfile(ckpt_path) and torch.load(ckpt_path, weights_only=True)["iter_num"] >= cfg["max_iters"]:
         print(f"reusing {ckpt_path}")
     else:
         if os.path.isfile(ckpt_path):
@@ -117,9 +121,8 @@ def evaluate_variant(pos, ssmax, setting, args):
     t0 = time.time()
     # (1) passkey: train on the synthetic set, evaluate at 1x..64x
     out = os.path.join(args.out_dir, f"passkey-{name}")
-    iters = [] if setting["passkey_iters"] is None else [f"--max_iters={setting['passkey_iters']}",
-                                                         f"--lr_decay_iters={setting['passkey_iters']}"]
-    model = train_variant(common + iters + [f"--learning_rate={lr}"], out)
+    for n in setting["passkey_iters"]:  # FULL: the demo's 2,000 steps, then resumed to 4,000 (cosine stretched)
+        model = train_variant(common + [f"--max_iters={n}", f"--lr_decay_iters={n}", f"--learning_rate={lr}"], out)
     t_train = time.time() - t0
     block_size = model.config.block_size
     lengths = [m * block_size for m in setting["passkey_lengths"]]
@@ -215,10 +218,13 @@ def write_docs(rows, setting, docs, args):
         reading = text[text.index("## Reading"):] if "## Reading" in text else ""
     bs = next(iter(rows.values()))["block_size"]
     command = "python sweep.py" + (" --quick" if args.quick else "")
+    stages = setting["passkey_iters"]
     with open(path, "w") as f:
         f.write(f"# Results: every variant at CPU scale\n\nMade by `{command}` (with `--only` for parts) on "
                 f"{os.cpu_count()} CPU cores, last run {time.strftime('%Y-%m-%d')}; the models are the CPU demo's "
-                f"(`config/cpu_demo.py`), TAPA at 1/5 of its learning rate.\n\n")
+                f"(`config/cpu_demo.py`), TAPA at 1/5 of its learning rate. The passkey models are trained "
+                f"{stages[0]:,} steps" + "".join(f", then resumed to {n:,}" for n in stages[1:]) +
+                (" with the cosine stretched to the new end" if len(stages) > 1 else "") + ".\n\n")
         f.write(f"## Passkey retrieval (teacher-forced, {setting['depths']} depths x {setting['samples']} "
                 f"samples per length; training length {bs} bytes)\n\n")
         f.write(markdown_table(passkey, setting["passkey_lengths"], "acc"))

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import torch
+
 from sweep import VARIANTS, name_of, markdown_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -14,7 +16,12 @@ def test_quick_sweep_end_to_end(tmp_path, shakespeare_path):
     r = subprocess.run([sys.executable, "sweep.py", "--quick", f"--out_dir={tmp_path}", f"--input={shakespeare_path}"],
                        cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
+    # every passkey model trained 2 steps, then went on from that checkpoint to 4 (QUICK's passkey_iters)
+    assert r.stdout.count("at iteration 2 of 4") == len(VARIANTS)
+    for v in VARIANTS:
+        assert torch.load(tmp_path / f"passkey-{name_of(*v)}" / "ckpt.pt", weights_only=True)["iter_num"] == 4
     md = (tmp_path / "results.md").read_text()
+    assert "trained 2 steps, then resumed to 4 with the cosine stretched" in md
     passkey_part, ppl_part = md.split("## Perplexity")
     for part in (passkey_part, ppl_part):
         rows = [line for line in part.splitlines() if line.startswith("| ") and not line.startswith("| variant")]
