@@ -24,6 +24,11 @@ def check_settings(cfg):
                 "bam_shape_lr_mult", "bam_scale_lr_mult", "ssmax_lr_mult"):
         if cfg[key] is not None and not cfg[key] >= 0:
             raise InputError(f"need {key} >= 0, got {key}={cfg[key]}")
+    if cfg["train_block_size"] is not None and cfg["train_block_size"] < 1:
+        raise InputError(f"train_block_size must be >= 1 (or None: block_size), got {cfg['train_block_size']}")
+    if cfg["pos"] == "learned" and (cfg["train_block_size"] or 0) > cfg["block_size"]:
+        raise InputError(f"pos='learned' has embeddings for block_size={cfg['block_size']} positions: "
+                         f"train_block_size={cfg['train_block_size']} must not exceed it")
     if not cfg["learning_rate"] > 0:
         raise InputError(f"need learning_rate > 0, got learning_rate={cfg['learning_rate']} "
                          f"(e.g. --learning_rate=1e-3)")

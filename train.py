@@ -57,6 +57,10 @@ wandb_run_name = None  # default: "<pos>[+ssmax]"
 dataset = "passkey_byte_320"  # a folder under data/ (or a path); the synthetic passkey_<tokenizer>_<length> is made if missing
 gradient_accumulation_steps = 1
 batch_size = 8
+# tokens per training window; None: block_size. Longer windows train the model past block_size, the length passkey.py
+# calls 1x (not for pos=learned), e.g. a last phase on longer prompts: --init_from=resume --train_block_size=1280
+# --dataset=passkey_byte_320-1280 --batch_size=2 (docs/results.md, lab notes)
+train_block_size = None
 document_mask = False  # attend only within each document of a window; documents begin with EOT (see document_ids)
 # AdamW and the learning-rate schedule (warmup, then cosine decay to min_lr)
 learning_rate = 1e-3
@@ -211,7 +215,8 @@ class Run:
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
         torch.manual_seed(cfg["seed"] + self.rank)
-        self.tokens_per_iter = cfg["gradient_accumulation_steps"] * self.world * cfg["batch_size"] * cfg["block_size"]
+        self.window = cfg["train_block_size"] or cfg["block_size"]  # tokens per training window
+        self.tokens_per_iter = cfg["gradient_accumulation_steps"] * self.world * cfg["batch_size"] * self.window
 
     def load_data(self):
         cfg = self.cfg
@@ -219,14 +224,14 @@ class Run:
         if self.ddp:  # rank 0 may have just made the data: everyone reads it after
             torch.distributed.barrier()
             data_dir, meta = prepare_data(cfg["dataset"])
-        check_data(data_dir, meta, cfg["block_size"])
-        if "example_len" in meta and cfg["block_size"] != meta["example_len"] - 1:
+        check_data(data_dir, meta, self.window)
+        if "example_len" in meta and self.window != meta["example_len"] - 1:
             # windows start at example boundaries: a longer one would not exist, a shorter one would cut off the
             # key and the answer, which come last
+            key = "train_block_size" if cfg["train_block_size"] else "block_size"
             raise InputError(f"{data_dir} holds examples of {meta['example_len'] - 1} tokens (+1 for the targets), "
-                             f"not block_size={cfg['block_size']}: use --block_size={meta['example_len'] - 1} or a "
-                             f"passkey set of that length (--dataset=passkey_{meta['tokenizer']}_{cfg['block_size']}, "
-                             f"made on the fly)")
+                             f"not {key}={self.window}: use --{key}={meta['example_len'] - 1} or a passkey set of "
+                             f"that length (--dataset=passkey_{meta['tokenizer']}_{self.window}, made on the fly)")
         if cfg["document_mask"] and "example_len" in meta:
             raise InputError(f"document_mask=True needs documents that begin with EOT; {data_dir} pads its passkey "
                              f"prompts with EOT instead: use --document_mask=False")
@@ -237,7 +242,7 @@ class Run:
     def batch(self, split):
         """A batch (x, y, doc_ids) of `split` on the device: doc_ids (document_ids) with document_mask, else None."""
         cfg = self.cfg
-        x, y = get_batch(self.data_dir, split, cfg["batch_size"], cfg["block_size"], self.meta, self.dev)
+        x, y = get_batch(self.data_dir, split, cfg["batch_size"], self.window, self.meta, self.dev)
         return x, y, None if self.eot is None else document_ids(x, self.eot)
 
     # ---------------------------------------------------------------- init or resume

@@ -205,3 +205,34 @@ def test_passkey_set_of_several_lengths(tmp_path):
         assert list(row[n - 6 - len(question):n - 6]) == question  # then " K": 6 bytes
     with pytest.raises(ValueError, match="min_length=700 must lie between"):
         build_dataset("byte", 600, n_train=4, n_val=4, seed=0, out_dir=str(tmp_path / "x"), min_length=700)
+
+
+# ---------------------------------------------------------------- training windows longer than block_size
+
+def test_train_block_size_phase_on_longer_prompts(tmp_path):
+    """A run on 320-token prompts, resumed for a phase on prompts of 320..640 tokens with --train_block_size=640:
+    the batches are 640 tokens long, the model keeps block_size 320 (passkey.py's 1x), and the phase trains."""
+    short, long = tmp_path / "passkey_byte_320", tmp_path / "passkey_byte_320-640"
+    build_dataset("byte", 320, n_train=16, n_val=4, seed=0, out_dir=str(short))
+    build_dataset("byte", 640, n_train=16, n_val=4, seed=0, out_dir=str(long), min_length=320)
+    tiny = ["--n_layer=1", "--n_head=4", "--n_embd=32", "--batch_size=2", "--eval_iters=1", "--eval_interval=2",
+            "--device=cpu", f"--out_dir={tmp_path / 'out'}"]
+    train.train(train.get_config(tiny + ["--max_iters=2", f"--dataset={short}"], DEFAULTS))
+    cfg = train.resume_config(tiny + ["--max_iters=4", f"--dataset={long}", "--train_block_size=640",
+                                      "--init_from=resume"], train.default_config(), str(tmp_path / "out"))
+    run = train.Run(cfg)
+    run.setup()
+    run.load_data()
+    x, y, _ = run.batch("train")
+    assert x.shape == y.shape == (2, 640)
+    train.train(cfg)
+    ckpt = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
+    assert ckpt["iter_num"] == 4 and ckpt["model_args"]["block_size"] == 320
+    assert ckpt["config"]["train_block_size"] == 640
+    assert "1,280 tokens per iteration" in (tmp_path / "out" / "log.txt").read_text()  # 2 prompts x 640
+    # the window must match the prompts; learned positions cannot train past block_size
+    with pytest.raises(InputError, match="examples of 640 tokens.*not train_block_size=960: use --train_block_size=640"):
+        train.train(dict(cfg, train_block_size=960, max_iters=6))
+    with pytest.raises(InputError, match="pos='learned'.*train_block_size=640 must not exceed"):
+        train.train(train.get_config(tiny + ["--pos=learned", "--ssmax=False", f"--dataset={long}",
+                                             "--train_block_size=640", f"--out_dir={tmp_path / 'l'}"], DEFAULTS))
