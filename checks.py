@@ -21,14 +21,24 @@ def check_settings(cfg):
         if cfg[key] < 1:
             raise InputError(f"{key} must be >= 1, got {cfg[key]}")
     for key in ("max_iters", "warmup_iters", "lr_decay_iters", "min_lr", "weight_decay", "grad_clip", "max_bad_steps",
-                "bam_shape_lr_mult", "bam_scale_lr_mult", "ssmax_lr_mult"):
+                "bam_shape_lr_mult", "bam_scale_lr_mult", "ssmax_lr_mult", "phase_from", "phase_lr"):
         if cfg[key] is not None and not cfg[key] >= 0:
             raise InputError(f"need {key} >= 0, got {key}={cfg[key]}")
-    if cfg["train_block_size"] is not None and cfg["train_block_size"] < 1:
-        raise InputError(f"train_block_size must be >= 1 (or None: block_size), got {cfg['train_block_size']}")
-    if cfg["pos"] == "learned" and (cfg["train_block_size"] or 0) > cfg["block_size"]:
-        raise InputError(f"pos='learned' has embeddings for block_size={cfg['block_size']} positions: "
-                         f"train_block_size={cfg['train_block_size']} must not exceed it")
+    for key in ("train_block_size", "phase_train_block_size", "phase_batch_size"):
+        if cfg[key] is not None and cfg[key] < 1:
+            raise InputError(f"{key} must be >= 1 (or None), got {cfg[key]}")
+    in_reach = cfg["phase_from"] is not None and cfg["phase_from"] < cfg["max_iters"]  # a last phase this run trains
+    if in_reach and not cfg["phase_dataset"]:
+        raise InputError(f"phase_from={cfg['phase_from']} needs the phase's data: set --phase_dataset (e.g. "
+                         f"passkey_byte_320-1280), or --phase_from=None for no phase")
+    windows = {"train_block_size": cfg["train_block_size"]}
+    if in_reach:
+        windows["phase_train_block_size"] = cfg["phase_train_block_size"]
+    for key, window in windows.items():
+        if cfg["pos"] == "learned" and (window or 0) > cfg["block_size"]:
+            raise InputError(f"pos='learned' has embeddings for block_size={cfg['block_size']} positions: "
+                             f"{key}={window} must not exceed it" +
+                             (" (or --phase_from=None: no last phase)" if key.startswith("phase") else ""))
     if not cfg["learning_rate"] > 0:
         raise InputError(f"need learning_rate > 0, got learning_rate={cfg['learning_rate']} "
                          f"(e.g. --learning_rate=1e-3)")

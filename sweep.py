@@ -7,8 +7,8 @@ the same way, then passkey retrieval and perplexity against context length.
     python sweep.py --quick               # a reduced version (minutes), for the tests; writes to --out_dir only
     python sweep.py --docs_only           # rewrite results.md and the plots from docs/sweep.json
 
-For each variant: (1) train the CPU demo (config/cpu_demo.py, as `python train.py`
-runs it: 2,000 steps), resume it to 4,000 steps with the cosine stretched to 4,000 (at
+For each variant: (1) train the CPU demo as it was when the committed sweep ran (config/cpu_demo.py under
+SWEEP_SETTINGS: learning rate 1e-3, no last phase; 2,000 steps), resume it to 4,000 steps with the cosine stretched to 4,000 (at
 2,000 NoPE, sinusoidal and TAPA have not learned the copy yet), and run passkey.py's
 evaluation at 1x..64x its block_size, 20 prompts per length at evenly spaced depths; (2) train the same-sized
 model on tiny Shakespeare (byte tokenizer) and measure perplexity on the held-out 10%
@@ -36,16 +36,20 @@ from passkey import format_table, run_passkey, write_results
 VARIANTS = [("nope", False), ("nope", True), ("sinusoidal", False), ("learned", False), ("rope", False),
             ("rope", True), ("alibi", False), ("alibi", True), ("bam", False), ("bam", True), ("tapa", False),
             ("fire", False)]
+# The committed sweep (docs/results.md) ran on the CPU demo before its current recipe (lr 5e-4, layer 1's shapes up
+# to 2/3, a last phase on longer prompts): these settings keep it reproducible. The current recipe against the main
+# baselines: docs/results.md, "The demo's recipe against the baselines".
+SWEEP_SETTINGS = ["--learning_rate=1e-3", "--bam_shape_init=[1,[0,0.3333333333333333,0.5,1]]", "--phase_from=None"]
 # per-variant settings: TAPA trains at 1/5 of the learning rate (the TAPA paper's ratio to its RoPE baseline)
 LR_FACTOR = {"tapa": 0.2}
 ROOT = os.path.dirname(os.path.abspath(__file__))
 SHAKESPEARE_LOCAL = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
 
 # passkey_iters: the passkey model trains to the first count, then is resumed to each next one with the
-# cosine stretched to it (a warm restart); the CPU demo's own run is the first stage of the full sweep
+# cosine stretched to it (a warm restart); the first stage is the CPU demo under SWEEP_SETTINGS
 FULL = dict(passkey_iters=[2000, 4000], passkey_lengths=[1, 2, 4, 8, 16, 32, 64], depths=5, samples=4,
             shakespeare_iters=300, ppl_lengths=[1, 2, 4, 8, 16], ppl_tokens=16384,
-            model=[])  # the CPU demo as it is
+            model=[])  # the CPU demo's model
 QUICK = dict(passkey_iters=[2, 4], passkey_lengths=[1, 2], depths=2, samples=1,
              shakespeare_iters=4, ppl_lengths=[1, 2], ppl_tokens=1024,
              model=["--n_layer=1", "--n_embd=32", "--n_head=2", "--batch_size=2", "--eval_iters=1"])
@@ -56,9 +60,9 @@ def name_of(pos, ssmax):
 
 
 def train_variant(args, out_dir):
-    """train.py with config/cpu_demo.py and these --key=value args; a run in out_dir is resumed to max_iters,
+    """train.py with config/cpu_demo.py, SWEEP_SETTINGS and these --key=value args; a run in out_dir is resumed to max_iters,
     or reused if it has got that far."""
-    cfg = train.demo_config(args + [f"--out_dir={out_dir}"])
+    cfg = train.demo_config(SWEEP_SETTINGS + args + [f"--out_dir={out_dir}"])
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     if os.path.isfile(ckpt_path) and torch.load(ckpt_path, weights_only=True)["iter_num"] >= cfg["max_iters"]:
         print(f"reusing {ckpt_path}")
@@ -117,7 +121,7 @@ def evaluate_variant(pos, ssmax, setting, args):
     """Train and evaluate one variant; returns its row of the sweep (accuracies, perplexities, prior, times)."""
     name = name_of(pos, ssmax)
     common = [f"--pos={pos}", f"--ssmax={ssmax}"] + setting["model"]
-    lr = train.demo_config()["learning_rate"] * LR_FACTOR.get(pos, 1.0)
+    lr = train.demo_config(SWEEP_SETTINGS)["learning_rate"] * LR_FACTOR.get(pos, 1.0)
     t0 = time.time()
     # (1) passkey: train on the synthetic set, evaluate at 1x..64x
     out = os.path.join(args.out_dir, f"passkey-{name}")
@@ -222,7 +226,8 @@ def write_docs(rows, setting, docs, args):
     with open(path, "w") as f:
         f.write(f"# Results: every variant at CPU scale\n\nMade by `{command}` (with `--only` for parts) on "
                 f"{os.cpu_count()} CPU cores, last run {time.strftime('%Y-%m-%d')}; the models are the CPU demo's "
-                f"(`config/cpu_demo.py`), TAPA at 1/5 of its learning rate. The passkey models are trained "
+                f"(`config/cpu_demo.py`) under sweep.py's SWEEP_SETTINGS ({' '.join(SWEEP_SETTINGS)}: the demo "
+                f"before its current recipe), TAPA at 1/5 of its learning rate. The passkey models are trained "
                 f"{stages[0]:,} steps" + "".join(f", then resumed to {n:,}" for n in stages[1:]) +
                 (" with the cosine stretched to the new end" if len(stages) > 1 else "") + ".\n\n")
         f.write(f"## Passkey retrieval (teacher-forced, {setting['depths']} depths x {setting['samples']} "

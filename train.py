@@ -1,7 +1,7 @@
 """
 Train a nanoPE GPT. With no arguments it runs the CPU demo (a small byte-level
-model with GGD-BAM + SSMax on the synthetic passkey set; about 9 minutes on 2
-CPU cores, after which it retrieves the passkey at its training length and far past it). Examples:
+model with GGD-BAM + SSMax on the synthetic passkey set, then a last phase on longer prompts; about 10
+minutes on 2 CPU cores, after which it retrieves the passkey at its training length and far past it). Examples:
 
     python train.py                                   # the CPU demo
     python train.py --pos=rope --ssmax=False --out_dir=out-rope   # the demo with another variant
@@ -58,9 +58,18 @@ dataset = "passkey_byte_320"  # a folder under data/ (or a path); the synthetic 
 gradient_accumulation_steps = 1
 batch_size = 8
 # tokens per training window; None: block_size. Longer windows train the model past block_size, the length passkey.py
-# calls 1x (not for pos=learned), e.g. a last phase on longer prompts: --init_from=resume --train_block_size=1280
-# --dataset=passkey_byte_320-1280 --batch_size=2 (docs/results.md, lab notes)
+# calls 1x (not for pos=learned); the phase_ keys below set the window of a last phase on longer prompts
 train_block_size = None
+# a last phase on other data, in one run (the demo's: 300 steps on prompts of 320-1,280 bytes after 2,000 on 320):
+# from iteration phase_from on, batches of phase_batch_size windows of phase_train_block_size tokens from
+# phase_dataset, at the constant learning rate phase_lr. Evaluation uses the data being trained on. The run equals a
+# run stopped at phase_from and resumed with those settings (--dataset, --train_block_size, --batch_size, and
+# --min_lr once the cosine has ended). phase_from=None: no phase (the other phase_ keys are then unused)
+phase_from = None
+phase_dataset = None
+phase_train_block_size = None  # None: train_block_size
+phase_batch_size = None  # None: batch_size
+phase_lr = None  # None: the schedule's (get_lr)
 document_mask = False  # attend only within each document of a window; documents begin with EOT (see document_ids)
 # AdamW and the learning-rate schedule (warmup, then cosine decay to min_lr)
 learning_rate = 1e-3
@@ -120,7 +129,10 @@ def model_args_of(cfg, meta):
 
 
 def get_lr(it, cfg):
-    """Learning rate at iteration it: linear warmup, cosine decay to min_lr, then min_lr."""
+    """Learning rate at iteration it: linear warmup, cosine decay to min_lr, then min_lr; phase_lr in the last
+    phase (from phase_from on) if it is set."""
+    if cfg["phase_from"] is not None and it >= cfg["phase_from"] and cfg["phase_lr"] is not None:
+        return cfg["phase_lr"]
     if not cfg["decay_lr"]:
         return cfg["learning_rate"]
     lr, min_lr, warmup, decay_iters = cfg["learning_rate"], cfg["min_lr"], cfg["warmup_iters"], cfg["lr_decay_iters"]
@@ -216,34 +228,59 @@ class Run:
             torch.backends.cudnn.allow_tf32 = True
         torch.manual_seed(cfg["seed"] + self.rank)
         self.window = cfg["train_block_size"] or cfg["block_size"]  # tokens per training window
-        self.tokens_per_iter = cfg["gradient_accumulation_steps"] * self.world * cfg["batch_size"] * self.window
+        self.batch_size, self.in_phase = cfg["batch_size"], False
+        self.tokens_per_iter = cfg["gradient_accumulation_steps"] * self.world * self.batch_size * self.window
 
     def load_data(self):
+        """The dataset (and the last phase's), made if missing and checked against the training window."""
         cfg = self.cfg
-        data_dir, meta = prepare_data(cfg["dataset"]) if self.master or not self.ddp else (None, None)
+        window_key = "train_block_size" if cfg["train_block_size"] else "block_size"
+        self.data_dir, self.meta = self.dataset(cfg["dataset"], self.window, window_key)
+        if cfg["phase_from"] is not None and cfg["phase_from"] < cfg["max_iters"]:  # a phase this run reaches
+            self.phase_window = cfg["phase_train_block_size"] or self.window
+            window_key = "phase_train_block_size" if cfg["phase_train_block_size"] else window_key
+            self.phase_data = self.dataset(cfg["phase_dataset"], self.phase_window, window_key)
+            if self.phase_data[1]["tokenizer"] != self.meta["tokenizer"]:
+                raise InputError(f"phase_dataset={cfg['phase_dataset']!r} uses the {self.phase_data[1]['tokenizer']!r} "
+                                 f"tokenizer, dataset={cfg['dataset']!r} {self.meta['tokenizer']!r}: use one tokenizer")
+        from data.tokenizer import TOKENIZERS
+        self.eot = TOKENIZERS[self.meta["tokenizer"]].eot if cfg["document_mask"] else None
+
+    def dataset(self, name, window, window_key):
+        """(data_dir, meta) of dataset `name` (made if missing, by rank 0), checked for windows of `window`
+        tokens; window_key names the key that sets it in the errors."""
+        data_dir, meta = prepare_data(name) if self.master or not self.ddp else (None, None)
         if self.ddp:  # rank 0 may have just made the data: everyone reads it after
             torch.distributed.barrier()
-            data_dir, meta = prepare_data(cfg["dataset"])
-        check_data(data_dir, meta, self.window)
-        if "example_len" in meta and self.window != meta["example_len"] - 1:
+            data_dir, meta = prepare_data(name)
+        check_data(data_dir, meta, window)
+        if "example_len" in meta and window != meta["example_len"] - 1:
             # windows start at example boundaries: a longer one would not exist, a shorter one would cut off the
             # key and the answer, which come last
-            key = "train_block_size" if cfg["train_block_size"] else "block_size"
             raise InputError(f"{data_dir} holds examples of {meta['example_len'] - 1} tokens (+1 for the targets), "
-                             f"not {key}={self.window}: use --{key}={meta['example_len'] - 1} or a passkey set of "
-                             f"that length (--dataset=passkey_{meta['tokenizer']}_{self.window}, made on the fly)")
-        if cfg["document_mask"] and "example_len" in meta:
+                             f"not {window_key}={window}: use --{window_key}={meta['example_len'] - 1} or a passkey "
+                             f"set of that length (--dataset=passkey_{meta['tokenizer']}_{window}, made on the fly)")
+        if self.cfg["document_mask"] and "example_len" in meta:
             raise InputError(f"document_mask=True needs documents that begin with EOT; {data_dir} pads its passkey "
                              f"prompts with EOT instead: use --document_mask=False")
-        self.data_dir, self.meta = data_dir, meta
-        from data.tokenizer import TOKENIZERS
-        self.eot = TOKENIZERS[meta["tokenizer"]].eot if cfg["document_mask"] else None
+        return data_dir, meta
 
     def batch(self, split):
         """A batch (x, y, doc_ids) of `split` on the device: doc_ids (document_ids) with document_mask, else None."""
-        cfg = self.cfg
-        x, y = get_batch(self.data_dir, split, cfg["batch_size"], self.window, self.meta, self.dev)
+        x, y = get_batch(self.data_dir, split, self.batch_size, self.window, self.meta, self.dev)
         return x, y, None if self.eot is None else document_ids(x, self.eot)
+
+    def enter_phase(self):
+        """From here on train (and evaluate) on the last phase's data, windows and batch size."""
+        cfg = self.cfg
+        self.data_dir, self.meta = self.phase_data
+        self.window, self.batch_size = self.phase_window, cfg["phase_batch_size"] or cfg["batch_size"]
+        self.tokens_per_iter = cfg["gradient_accumulation_steps"] * self.world * self.batch_size * self.window
+        self.in_phase = True
+        lr = "the schedule's learning rate" if cfg["phase_lr"] is None else f"learning rate {cfg['phase_lr']:g}"
+        self.log(f"phase from iteration {self.iter_num} (phase_from={cfg['phase_from']}): {self.data_dir}, "
+                 f"{self.batch_size} windows of {self.window} tokens ({self.tokens_per_iter:,} tokens per iteration), "
+                 f"{lr}")
 
     # ---------------------------------------------------------------- init or resume
 
@@ -359,7 +396,9 @@ class Run:
         self.log(f"nanoPE: pos={cfg['pos']} ssmax={cfg['ssmax']} | {self.raw_model.get_num_params() / 1e6:.2f}M "
                  f"parameters | device {self.dev} ({self.dtype}) | {self.world} process(es) | "
                  f"{self.tokens_per_iter:,} tokens per iteration | data {self.data_dir} ({self.meta['tokenizer']})")
-        if cfg["decay_lr"] and cfg["max_iters"] > cfg["lr_decay_iters"]:
+        phase_sets_lr = cfg["phase_from"] is not None and cfg["phase_lr"] is not None
+        if cfg["decay_lr"] and cfg["max_iters"] > cfg["lr_decay_iters"] and not (
+                phase_sets_lr and cfg["phase_from"] <= cfg["lr_decay_iters"]):
             self.log(f"note: the learning rate reaches min_lr at lr_decay_iters={cfg['lr_decay_iters']} and stays "
                      f"there to max_iters={cfg['max_iters']} (--lr_decay_iters={cfg['max_iters']} stretches the "
                      f"cosine)")
@@ -410,6 +449,8 @@ class Run:
                 self.evaluate_and_save()
             if self.iter_num >= cfg["max_iters"] or cfg["eval_only"]:
                 return self.losses
+            if cfg["phase_from"] is not None and self.iter_num >= cfg["phase_from"] and not self.in_phase:
+                self.enter_phase()  # after the evaluation at phase_from, which is still on the first data
             if self.interrupted:
                 self.stop_interrupted()
             self.step()

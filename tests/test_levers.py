@@ -236,3 +236,44 @@ def test_train_block_size_phase_on_longer_prompts(tmp_path):
     with pytest.raises(InputError, match="pos='learned'.*train_block_size=640 must not exceed"):
         train.train(train.get_config(tiny + ["--pos=learned", "--ssmax=False", f"--dataset={long}",
                                              "--train_block_size=640", f"--out_dir={tmp_path / 'l'}"], DEFAULTS))
+
+
+def test_last_phase_equals_a_resumed_run(tmp_path):
+    """The phase_ keys run the resumed phase of the test above inside one run: 4 iterations with the phase from
+    iteration 2 (batches of 2 windows of 640 tokens at lr 3e-3) give the same weights as a run of 2 iterations
+    resumed to 4 with --dataset, --train_block_size, --batch_size and --min_lr, and as the one-run version stopped at
+    3 and resumed to 4 (inside the phase)."""
+    short, long = tmp_path / "passkey_byte_320", tmp_path / "passkey_byte_320-640"
+    build_dataset("byte", 320, n_train=16, n_val=4, seed=0, out_dir=str(short))
+    build_dataset("byte", 640, n_train=16, n_val=4, seed=0, out_dir=str(long), min_length=320)
+    tiny = ["--n_layer=1", "--n_head=4", "--n_embd=32", "--batch_size=3", "--eval_iters=1", "--eval_interval=1",
+            "--device=cpu", "--warmup_iters=0", "--lr_decay_iters=2", f"--dataset={short}"]
+    phase = ["--phase_from=2", f"--phase_dataset={long}", "--phase_train_block_size=640", "--phase_batch_size=2",
+             "--phase_lr=3e-3"]
+
+    def weights(out):
+        return torch.load(tmp_path / out / "ckpt.pt", weights_only=True)["model"]
+
+    train.train(train.get_config(tiny + phase + ["--max_iters=4", f"--out_dir={tmp_path / 'one'}"], DEFAULTS))
+    log = (tmp_path / "one" / "log.txt").read_text()
+    assert "phase from iteration 2 (phase_from=2)" in log and "2 windows of 640 tokens (1,280 tokens per" in log
+    train.train(train.get_config(tiny + ["--max_iters=2", f"--out_dir={tmp_path / 'two'}"], DEFAULTS))
+    train.train(train.resume_config(tiny + ["--max_iters=4", f"--dataset={long}", "--train_block_size=640",
+                                            "--batch_size=2", "--min_lr=3e-3", "--init_from=resume"],
+                                    train.default_config(), str(tmp_path / "two")))
+    train.train(train.get_config(tiny + phase + ["--max_iters=3", f"--out_dir={tmp_path / 'cut'}"], DEFAULTS))
+    train.train(train.resume_config(["--max_iters=4", "--init_from=resume"], train.default_config(),
+                                    str(tmp_path / "cut")))
+    one, two, cut = weights("one"), weights("two"), weights("cut")
+    for name in one:
+        assert torch.equal(one[name], two[name]) and torch.equal(one[name], cut[name]), name
+    # the phase's settings are checked before anything is written
+    for bad, match in ((["--phase_from=1", "--phase_dataset="], "phase_from=1 needs the phase's data: set --phase_dataset"),
+                       (phase + ["--phase_batch_size=0"], "phase_batch_size must be >= 1"),
+                       (phase + ["--phase_train_block_size=960"], "not phase_train_block_size=960: use "
+                                                                  "--phase_train_block_size=640"),
+                       (phase + ["--pos=learned", "--ssmax=False"], r"phase_train_block_size=640 must not exceed it "
+                                                                    r"\(or --phase_from=None")):
+        with pytest.raises(InputError, match=match):
+            train.train(train.get_config(tiny + bad + ["--max_iters=4", f"--out_dir={tmp_path / 'bad'}"], DEFAULTS))
+    assert not (tmp_path / "bad").exists()
