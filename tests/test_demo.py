@@ -3,7 +3,7 @@ passkey at its training length in at least 95% of 100 prompts, and far past it: 
 90% and at 32x in at least FAR_32X of 20 prompts (SPEC §5 prompts, teacher-forced, depths evenly
 spaced; README's table). Its wall time is printed, not asserted (README states the measured figure).
 
-This is the one slow test (the whole demo and its evaluation, about 13 minutes on 2 cores): CI runs it (CI=true);
+This is the one slow test (the whole demo and its evaluation, about 12 minutes on 2 cores): CI runs it (CI=true);
 a plain `python -m pytest` skips it unless asked: NANOPE_DEMO_TEST=1 python -m pytest tests/test_demo.py
 """
 import os
@@ -21,7 +21,7 @@ FAR_32X = 0.8  # the issue's target; measured 100% (seed 1337, 2 threads), 95-10
 RUN_DEMO = os.environ.get("NANOPE_DEMO_TEST") == "1" or os.environ.get("CI") == "true"
 
 
-@pytest.mark.skipif(not RUN_DEMO, reason="trains the full CPU demo (~13 min); CI runs it, "
+@pytest.mark.skipif(not RUN_DEMO, reason="trains the full CPU demo (~12 min); CI runs it, "
                                          "or set NANOPE_DEMO_TEST=1")
 def test_demo_retrieves_passkey_at_training_length(tmp_path):
     t0 = time.time()
