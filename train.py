@@ -229,7 +229,11 @@ class Run:
         torch.manual_seed(cfg["seed"] + self.rank)
         self.window = cfg["train_block_size"] or cfg["block_size"]  # tokens per training window
         self.batch_size, self.in_phase = cfg["batch_size"], False
-        self.tokens_per_iter = cfg["gradient_accumulation_steps"] * self.world * self.batch_size * self.window
+
+    @property
+    def tokens_per_iter(self):
+        """Tokens of one iteration over all processes (the last phase's window and batch size once it has begun)."""
+        return self.cfg["gradient_accumulation_steps"] * self.world * self.batch_size * self.window
 
     def load_data(self):
         """The dataset (and the last phase's), made if missing and checked against the training window."""
@@ -275,7 +279,6 @@ class Run:
         cfg = self.cfg
         self.data_dir, self.meta = self.phase_data
         self.window, self.batch_size = self.phase_window, cfg["phase_batch_size"] or cfg["batch_size"]
-        self.tokens_per_iter = cfg["gradient_accumulation_steps"] * self.world * self.batch_size * self.window
         self.in_phase = True
         lr = "the schedule's learning rate" if cfg["phase_lr"] is None else f"learning rate {cfg['phase_lr']:g}"
         self.log(f"phase from iteration {self.iter_num} (phase_from={cfg['phase_from']}): {self.data_dir}, "
