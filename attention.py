@@ -145,8 +145,48 @@ def distance_bias(bias_fn, q_offset, tq, tk, device):
     return r.unfold(-1, tk, 1).flip(-2)  # (H, tq, tk)
 
 
+# skip_far (reference_attention) leaves out keys whose summed weight is below e^−SKIP_MARGIN (4e-18) of the query's
+# own key's: under float64's rounding (1.1e-16), so the output is the full attention's.
+SKIP_MARGIN = 40.0
+
+
+def far_key_profile(bias_fn, tk, device):
+    """What skip_far needs of a Toeplitz bias over keys 0..tk−1: (b0, R). b0 (H,): the bias at distance 0;
+    R (H, tk): R[h, d] = the largest bias of head h at any distance >= d (a suffix maximum of the profile, so
+    no monotonicity in the distance is assumed)."""
+    r = bias_fn(torch.zeros(1, device=device), -torch.arange(tk, device=device))[:, 0]  # (H, tk): bias at distance d
+    return r[:, 0], r.flip(-1).cummax(-1).values.flip(-1)
+
+
+def first_needed_key(qc, k_own, q_pos, f, b0, R, k_norm_max, bias_in_ssmax):
+    """The first key the queries at positions q_pos (tq,) need, with a Toeplitz bias: for every query, all keys
+    farther back weigh less than e^−SKIP_MARGIN times its own key (j = i), summed. A bound, not a guess.
+
+    qc (B, H, tq, D) the queries, k_own (B, H, tq, D) the keys at the same positions; f (H, tq, 1) SSMax's
+    factor or None; b0, R from far_key_profile; k_norm_max (H,) the largest |k| of the keys.
+    Logits z = fq·q·k/√D + fb·b (fq = f, or 1 without SSMax; fb = fq if the bias is inside SSMax, BAM, else 1).
+    A key at distance >= d has z <= |fq|·|q|·max|k|/√D + fb·R[h, d] (Cauchy-Schwarz); the query's own key has
+    z_own exactly; the n_i = q_pos + 1 keys of query i weigh at most n_i·exp(bound − z_own) relative to it.
+    Returns an int key position, 0 where no key can be left out (or where fb <= 0: a negative SSMax s).
+    """
+    D = qc.shape[-1]
+    fq = torch.ones(1, device=qc.device, dtype=qc.dtype) if f is None else f[..., 0]  # (H, tq) or (1,)
+    fb = fq if bias_in_ssmax else torch.ones_like(fq)
+    if (fb <= 0).any():
+        return 0
+    own = fq * (qc * k_own).sum(-1) / math.sqrt(D) + fb * b0[:, None]  # (B, H, tq): the logit of key j = i
+    reach = fq.abs() * qc.norm(dim=-1) * k_norm_max[:, None] / math.sqrt(D)  # (B, H, tq): bound on |fq·q·k/√D|
+    # a distance d can be left out when log(n_i) + reach + fb·R[d] − own < −SKIP_MARGIN for every query: R[d] < t
+    t = ((own - SKIP_MARGIN - torch.log(q_pos.to(qc.dtype) + 1) - reach) / fb).amin(dim=(0, 2))  # (H,)
+    if not torch.isfinite(t).all():
+        return 0
+    d = torch.searchsorted(-R.to(t.dtype).contiguous(), -t[:, None], right=True)  # (H, 1): first d with R[d] < t
+    return max(0, int(q_pos[0]) - int(d.max()) + 1)
+
+
 def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bias_in_ssmax=True,
-                        bias_toeplitz=False, score_fn=None, dropout_p=0.0, chunk_size=256, doc_start=None):
+                        bias_toeplitz=False, score_fn=None, dropout_p=0.0, chunk_size=256, doc_start=None,
+                        skip_far=False):
     """Causal attention with a positional bias and/or SSMax, one chunk of queries at a time.
 
     q: (B, H, Tq, D) at absolute positions q_offset .. q_offset+Tq−1;
@@ -162,6 +202,11 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bia
     of row b sees the keys doc_start[b, i] <= j <= i only, and SSMax's n_i = i − doc_start[b, i] + 1;
     a bias that is not Toeplitz is called with doc_start= the chunk's (B, tq) (see the module
     docstring). Without it n_i = i + 1.
+    skip_far (a Toeplitz bias, no score_fn, no doc_start, no dropout): each chunk of queries leaves out the
+    keys so far back that the bias makes their summed weight provably < e^−40 of each query's own key
+    (first_needed_key): exact to float64 rounding, and linear in Tk for a local head (ALiBi, BAM with β > 0,
+    where evaluation of long prompts is dominated by the first layers). The model sets it when no gradient
+    is taken; with gradients every key is computed.
     Memory: scores of at most (B, H, chunk_size, Tk), never Tq × Tk.
     Returns (B, H, Tq, D) in v's dtype. Raises ValueError if Tk < q_offset + Tq, or if doc_start is
     given with a KV cache (q_offset > 0 or Tk != Tq) or with a shape other than (B, Tq).
@@ -174,39 +219,48 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bia
         raise ValueError(f"doc_start (packed documents) needs a whole window: q_offset=0, Tk=Tq and doc_start of "
                          f"shape (B, Tq)=({B}, {Tq}); got q_offset={q_offset}, Tk={Tk}, doc_start "
                          f"{tuple(doc_start.shape)}. A KV cache takes no documents")
+    skip = skip_far and bias_fn is not None and bias_toeplitz and score_fn is None and doc_start is None \
+        and dropout_p == 0
+    if skip:  # once per call: the bias profile and the largest key norm of each head
+        b0, R = far_key_profile(bias_fn, Tk, q.device)
+        k_norm_max = k.norm(dim=-1).amax(dim=(0, 2))  # (H,)
     out = torch.empty_like(q, dtype=v.dtype)
     for c0 in range(0, Tq, chunk_size):
         c1 = min(c0 + chunk_size, Tq)
         t0, tq, tk = q_offset + c0, c1 - c0, q_offset + c1  # keys past the chunk's last query are all masked
-        q_pos, k_pos = torch.arange(t0, t0 + tq, device=q.device), torch.arange(tk, device=q.device)  # (tq,), (tk,)
-        qc, kc, vc = q[:, :, c0:c1], k[:, :, :tk], v[:, :, :tk]
+        q_pos = torch.arange(t0, t0 + tq, device=q.device)  # (tq,)
+        qc = q[:, :, c0:c1]
         # n_i − 1: the query's position counted from the first key it sees; keys of earlier documents are masked
-        n_minus_1, other_doc, ds = q_pos, None, None
+        n_minus_1, ds = q_pos, None
         if doc_start is not None:
             ds = doc_start[:, c0:c1]  # (B, tq)
             n_minus_1 = q_pos[None, :] - ds  # (B, tq)
-            other_doc = (k_pos[None, None, :] < ds[:, :, None])[:, None]  # (B, 1, tq, tk)
         # SSMax factor f_i = s_h·log(n_i), and the causal mask: only the last tq keys can lie in a query's future
         f = None
         if ssmax_scale is not None:
             f = ssmax_factor(ssmax_scale, n_minus_1, q.dtype)  # (H, tq, 1), or (B, H, tq, 1) with documents
+        a = first_needed_key(qc, k[:, :, t0:tk], q_pos, f, b0, R, k_norm_max, bias_in_ssmax) if skip else 0
+        k_pos = torch.arange(a, tk, device=q.device)  # (tk − a,): the keys this chunk attends to
+        kc, vc = k[:, :, a:tk], v[:, :, a:tk]
+        other_doc = None if ds is None else (k_pos[None, None, :] < ds[:, :, None])[:, None]  # (B, 1, tq, tk)
         future = torch.ones(tq, tq, dtype=torch.bool, device=q.device).triu(1)  # (tq, tq)
-        if score_fn is not None:  # explicit scores (TAPA), softmax in fp32
-            z = score_fn(qc, kc, q_pos, k_pos).float()  # (B, H, tq, tk)
-            z = z if f is None else f.float() * z
-            z = torch.cat([z[..., :t0], z[..., t0:].masked_fill(future, float("-inf"))], dim=-1)
+        if score_fn is not None:  # explicit scores (TAPA), softmax in fp32 (fp64 for fp64 inputs)
+            acc = torch.promote_types(q.dtype, torch.float32)
+            z = score_fn(qc, kc, q_pos, k_pos).to(acc)  # (B, H, tq, tk)
+            z = z if f is None else f.to(acc) * z
+            z = torch.cat([z[..., :t0 - a], z[..., t0 - a:].masked_fill(future, float("-inf"))], dim=-1)
             if other_doc is not None:
                 z = z.masked_fill(other_doc, float("-inf"))
             att = F.dropout(F.softmax(z, dim=-1), p=dropout_p) if dropout_p > 0 else F.softmax(z, dim=-1)
-            out[:, :, c0:c1] = (att @ vc.float()).to(v.dtype)
+            out[:, :, c0:c1] = (att @ vc.to(acc)).to(v.dtype)
             continue
         # z = f·(q·k/√D + b) = (f·q)·k/√D + f·b: SSMax folds into q and the bias, SDPA does the rest
-        mask = torch.zeros(1, 1, tq, tk, device=q.device, dtype=q.dtype)  # (1 or B, 1 or H, tq, tk)
+        mask = torch.zeros(1, 1, tq, tk - a, device=q.device, dtype=q.dtype)  # (1 or B, 1 or H, tq, tk − a)
         if bias_fn is not None:
             # a fresh tensor either way, so the in-place fills below are safe for autograd (a bias module's
             # output may be saved for its own backward)
-            if bias_toeplitz:
-                mask = distance_bias(bias_fn, t0, tq, tk, q.device)[None]  # (1, H, tq, tk)
+            if bias_toeplitz:  # a function of the distance: keys a..tk−1 seen from t0 are keys 0.. seen from t0 − a
+                mask = distance_bias(bias_fn, t0 - a, tq, tk - a, q.device)[None]  # (1, H, tq, tk − a)
             elif ds is not None:
                 mask = bias_fn(q_pos, k_pos, doc_start=ds).clone()  # (B, H, tq, tk)
             else:
@@ -218,7 +272,7 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bia
         mask = mask.to(q.dtype)
         if q.dtype == torch.float16:  # a large negative bias (a GGD shape < 0) overflows fp16 to −inf, and query 0
             mask.clamp_(min=torch.finfo(torch.float16).min)  # (one key) would get NaN; fp32/bf16: BIAS_FLOOR
-        mask[..., t0:].masked_fill_(future, float("-inf"))
+        mask[..., t0 - a:].masked_fill_(future, float("-inf"))
         if other_doc is not None:  # every query still sees itself: no row is all −inf
             mask = mask.masked_fill(other_doc, float("-inf"))  # (B, 1 or H, tq, tk)
         out[:, :, c0:c1] = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask, dropout_p=dropout_p)

@@ -5,11 +5,12 @@ key = value), then --key=value overrides, each checked against the default's typ
     cfg = get_config(sys.argv[1:], defaults)
 
 Also what every script shares: nanoPE's error classes, run_script (those errors as one
-line), positive_int (an argparse type) and output_path (an output file checked before a
-long run).
+line), positive_int (an argparse type), output_path (an output file checked before a
+long run) write_atomic and write_json (a result file written whole or not at all).
 """
 import argparse
 import ast
+import json
 import os
 import sys
 
@@ -192,6 +193,33 @@ def output_path(path, siblings=(), overwrite=True):
         n += 1
         candidate = f"{stem}-{n}"
     return candidate + ext
+
+
+def write_atomic(path, write):
+    """Write the file `path` all at once or not at all: write(tmp) fills a temporary file beside it (same
+    extension, so a plot library infers the format; the process id in its name, so two processes writing the
+    same file never share one), which then replaces `path` in one rename. A crash or a full disk never
+    leaves a partial file that looks complete. Raises NanoPEError (one line: the path, the reason, the fix)
+    if the write fails; the temporary file is removed and `path` is as it was.
+    """
+    stem, ext = os.path.splitext(path)
+    tmp = f"{stem}.tmp{os.getpid()}{ext}"
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise NanoPEError(f"could not write {path} ({e.strerror or e}): free some space or pick another --out, "
+                          f"then run the same command again ({os.path.basename(path)} is as it was)") from None
+
+
+def write_json(path, obj, indent=1):
+    """Write obj as JSON to path, whole or not at all (write_atomic; raises NanoPEError as it)."""
+    def dump(tmp):
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=indent)
+    write_atomic(path, dump)
 
 
 def run_script(main):

@@ -210,10 +210,12 @@ def attention_parts(config, layer, shared_prior=None):
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with the positional variant of config.pos.
 
-    forward(x, t0, kv=None, doc_start=None): x (B, T, C) holds the tokens at absolute positions
-    t0 .. t0+T−1; kv is this layer's cached (k, v), each (B, H, t0, hs), or None; doc_start (B, T)
-    (attention.document_starts, packed documents; not with kv) or None.
-    Returns (y, (k, v)) with y (B, T, C) and the keys/values of positions 0 .. t0+T−1.
+    forward(x, t0, kv=None, doc_start=None, keep_last=None): x (B, T, C) holds the tokens at absolute
+    positions t0 .. t0+T−1; kv is this layer's cached (k, v), each (B, H, t0, hs), or None; doc_start
+    (B, T) (attention.document_starts, packed documents; not with kv) or None; keep_last: attend with
+    the queries of the last keep_last positions only (the keys and values of all T still count).
+    Returns (y, (k, v)) with y (B, T, C), or (B, keep_last, C), and the keys/values of positions
+    0 .. t0+T−1.
     """
 
     def __init__(self, config, layer=0, shared_prior=None):
@@ -228,7 +230,7 @@ class CausalSelfAttention(nn.Module):
         # checkpoints written before the bias slot was named pos_bias hold the GGD prior under "prior."
         self.register_load_state_dict_pre_hook(rename_prior_keys)
 
-    def forward(self, x, t0, kv=None, doc_start=None):
+    def forward(self, x, t0, kv=None, doc_start=None, keep_last=None):
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
@@ -239,6 +241,8 @@ class CausalSelfAttention(nn.Module):
             q, k = self.rotate(q, pos), self.rotate(k, pos)
         if kv is not None:
             k, v = torch.cat([kv[0], k], dim=2), torch.cat([kv[1], v], dim=2)  # (B, nh, t0+T, hs)
+        if keep_last is not None:  # only these queries: the ones whose output is used (the last layer's logits)
+            q, t0, T = q[:, :, T - keep_last:], t0 + T - keep_last, keep_last  # (B, nh, keep_last, hs)
         y = self.attend(q, k, v, t0, doc_start=doc_start)  # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y)), (k, v)
@@ -264,8 +268,10 @@ class CausalSelfAttention(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
         b = self.pos_bias  # SSMax scales (q·k/√D + b) for BAM, only q·k/√D for ALiBi, FIRE and the others (SPEC §2)
         in_ssmax, toeplitz = getattr(b, "in_ssmax", False), getattr(b, "toeplitz", False)
+        # with no gradient taken (evaluation), keys whose weight a local prior makes negligible are left out, exactly
         return reference_attention(q, k, v, t0, bias_fn=b, ssmax_scale=s, score_fn=self.score, dropout_p=dropout_p,
-                                   bias_in_ssmax=in_ssmax, bias_toeplitz=toeplitz, doc_start=doc_start)
+                                   bias_in_ssmax=in_ssmax, bias_toeplitz=toeplitz, doc_start=doc_start,
+                                   skip_far=not torch.is_grad_enabled())
 
     def attend_triton(self, q, k, v, t0, ssmax_scale, doc_start=None):
         """The fused kernels of kernels.py (CUDA, or CPU under TRITON_INTERPRET=1): BAM and TAPA (either phase),
@@ -306,9 +312,11 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, t0, kv=None, doc_start=None):
-        a, kv = self.attn(self.ln_1(x), t0, kv, doc_start)
-        x = x + a
+    def forward(self, x, t0, kv=None, doc_start=None, keep_last=None):
+        """x (B, T, C) -> (B, T, C), or the last keep_last positions only (B, keep_last, C); and the
+        layer's (k, v) of every position (CausalSelfAttention.forward)."""
+        a, kv = self.attn(self.ln_1(x), t0, kv, doc_start, keep_last)
+        x = (x if keep_last is None else x[:, -keep_last:]) + a
         return x + self.mlp(self.ln_2(x)), kv
 
 
@@ -373,7 +381,9 @@ class GPT(nn.Module):
         cache (from new_cache(), extended in place) at t0..t0+T−1, t0 = tokens cached.
         targets: (B, T) ids, −1 ignored -> logits (B, T, V) and the mean cross-entropy.
         Without targets: logits of the last keep_last positions, (B, keep_last, V)
-        (keep_last=None: all T), and loss None.
+        (keep_last=None: all T), and loss None. The last layer then attends with those queries only (the
+        other positions' outputs of the last layer reach no logit; its keys and values still count and
+        are cached), so a long prefill pays the last layer's attention for keep_last queries, not T.
         doc_ids: (B, T) integer document ids of packed documents (SPEC §2), non-decreasing along T, equal
         ids = one document; a document that begins before the window counts from position 0. Each
         document then attends only within itself, SSMax's n and the learned/sinusoidal positions (and
@@ -399,8 +409,11 @@ class GPT(nn.Module):
         if "wpe" in self.transformer:
             x = x + self.transformer.wpe(pos).to(x.dtype)  # (T, C) or (B, T, C)
         x = self.transformer.drop(x)
+        # without targets the last layer needs its queries at the kept positions only (its keys and values at all)
+        last_keep = min(keep_last, T) if targets is None and keep_last is not None and doc_ids is None else None
         for layer, block in enumerate(self.transformer.h):
-            x, kv = block(x, t0, None if cache is None else cache[layer], doc_start)
+            keep = last_keep if layer == self.config.n_layer - 1 else None
+            x, kv = block(x, t0, None if cache is None else cache[layer], doc_start, keep)
             if cache is not None:
                 cache[layer] = kv
         x = self.transformer.ln_f(x)

@@ -6,15 +6,23 @@ generator as the training data, in the checkpoint's tokenizer.
     python passkey.py --out_dir=out --lengths=1x,2x,4x,8x,16x,32x,64x --depths=5 --samples=2
     python passkey.py --ckpt=out/ckpt.pt --lengths=512,4096 --mode=generate
 
-Long prompts are prefilled through the KV cache in chunks of --chunk tokens,
-so memory grows with chunk × T, never T²; teacher-forced scoring runs the
---batch_size prompts of one length together (right-padded), so the positional
-mask is built once for all of them. Writes every result to --out (JSON,
-plus a CSV beside it) and an accuracy heatmap (length × depth) PNG; an earlier
-result is kept (the new one goes to passkey-2.json, ...) unless --overwrite.
+Long prompts are prefilled through the KV cache in chunks of --chunk tokens, and the
+scoring is exact but does only the work the answer needs (docs/spec.md §5): the last
+layer attends with the answer positions' queries alone, and a local prior's far keys,
+whose weight is provably below e^-40, are left out. One 1,024x prompt of the CPU demo
+(327,680 bytes) takes ~1.5 minutes and ~2.5 GB on 2 cores (docs/results.md). Teacher-forced
+scoring runs the --batch_size prompts of one length together (right-padded).
+
+Writes every result to --out (JSON, plus a CSV beside it) and an accuracy heatmap
+(length x depth) PNG. The JSON is rewritten after every batch: a run cut short (Ctrl-C,
+a crash) goes on from where it stopped when the same command runs again (same
+checkpoint and settings). An earlier finished result is kept (the new one goes to
+passkey-2.json, ...) unless --overwrite.
 """
 import argparse
 import csv
+import hashlib
+import itertools
 import json
 import os
 import random
@@ -24,7 +32,7 @@ from contextlib import nullcontext
 import torch
 from tqdm import tqdm
 
-from configurator import output_path, positive_int, run_script
+from configurator import output_path, positive_int, run_script, write_atomic, write_json
 from data.passkey import KEY_SENTENCE, passkey_depths, passkey_min_length, passkey_prompt, random_key
 from data.tokenizer import get_tokenizer
 from model import load_checkpoint
@@ -45,15 +53,16 @@ def parse_lengths(spec, block_size):
     return out
 
 
-def prefill(model, ids, cache, chunk, keep_last=1):
+def prefill(model, ids, cache, chunk, keep_last=1, progress=False):
     """Run ids (B, T) through model in chunks of `chunk` tokens, extending `cache` in place.
 
     Returns the logits of the last keep_last positions (B, keep_last, V) (keep_last <= the
     last chunk's length), or of all T positions (B, T, V) for keep_last=None.
-    Memory: attention scores of at most chunk × (cached + T) per head.
+    Memory: the KV cache, and attention scores of at most 256 queries × (cached + T) keys per head.
+    progress: a progress bar over the chunks (one long prompt).
     """
     T, out = ids.size(1), []
-    for c0 in range(0, T, chunk):
+    for c0 in tqdm(range(0, T, chunk), desc="  prompt", unit="chunk", leave=False, disable=not progress):
         last = c0 + chunk >= T
         keep = last or keep_last is None
         logits, _ = model(ids[:, c0:c0 + chunk], cache=cache, keep_last=keep_last if keep else 1)
@@ -63,7 +72,7 @@ def prefill(model, ids, cache, chunk, keep_last=1):
 
 
 @torch.no_grad()
-def answer_logits(model, prompts, answers, chunk=1024, device="cpu"):
+def answer_logits(model, prompts, answers, chunk=4096, device="cpu", progress=False):
     """Logits that predict each answer under teacher forcing, for a batch of prompts.
 
     prompts, answers: lists (one entry per sequence) of token-id lists; lengths may differ.
@@ -72,7 +81,11 @@ def answer_logits(model, prompts, answers, chunk=1024, device="cpu"):
     and the batch is prefilled together through the KV cache in chunks of `chunk` tokens:
     one positional mask serves the whole batch. Returns a list of (A_i, V) tensors, the
     logits at positions P_i-1 .. P_i+A_i-2, equal to model(prompt + answer)[0, P_i-1 : P_i+A_i-1]
-    of a full forward of each sequence alone. Memory: batch × heads × chunk × T scores at most.
+    of a full forward of each sequence alone, to float rounding. The cost is linear in T for local
+    priors: the prefill runs the last layer for one query per chunk only (model.GPT.forward's keep_last),
+    and with no gradient the attention leaves out the keys that an ALiBi or BAM prior with β > 0 makes
+    negligible, by a bound (attention.first_needed_key). Memory: the KV cache (2 · n_layer · n_embd
+    values per token and prompt) and 256 × T scores per head. progress: a bar over the prefill chunks.
     """
     seqs = [list(p) + list(a[:-1]) for p, a in zip(prompts, answers)]
     ids = torch.zeros(len(seqs), max(map(len, seqs)), dtype=torch.long)  # (B, T), right-padded with id 0
@@ -82,12 +95,12 @@ def answer_logits(model, prompts, answers, chunk=1024, device="cpu"):
     start = min(len(p) for p in prompts) - 1  # the first position that predicts an answer token
     cache = model.new_cache()
     if start:
-        prefill(model, ids[:, :start], cache, chunk)
+        prefill(model, ids[:, :start], cache, chunk, progress=progress)
     tail = prefill(model, ids[:, start:], cache, chunk, keep_last=None)  # (B, T - start, V): every answer-predicting position
     return [tail[i, len(p) - 1 - start:len(p) - 1 - start + len(a)] for i, (p, a) in enumerate(zip(prompts, answers))]
 
 
-def score_teacher_forced(model, prompts, answers, chunk=1024, device="cpu"):
+def score_teacher_forced(model, prompts, answers, chunk=4096, device="cpu", progress=False):
     """Teacher-forced scoring as in the BAM code (SPEC §5): one pass over prompt + answer.
 
     prompts, answers: lists of token-id lists (answers non-empty), scored as one batch.
@@ -95,21 +108,22 @@ def score_teacher_forced(model, prompts, answers, chunk=1024, device="cpu"):
     equals the true token at every answer position.
     """
     out = []
-    for logits, a in zip(answer_logits(model, prompts, answers, chunk, device), answers):
+    for logits, a in zip(answer_logits(model, prompts, answers, chunk, device, progress), answers):
         pred = logits.argmax(-1).tolist()
         out.append((pred == list(a), pred))
     return out
 
 
 @torch.no_grad()
-def score_generate(model, prompt_ids, answer_ids, chunk=1024, device="cpu"):
+def score_generate(model, prompt_ids, answer_ids, chunk=4096, device="cpu", progress=False):
     """Greedy generation (SPEC §5, the other common mode): decode len(answer_ids) tokens.
 
     Prefills prompt_ids in chunks, then decodes token by token through the KV cache.
     Returns (correct, predicted_ids): correct if the greedy tokens equal answer_ids.
     """
     cache = model.new_cache()
-    logits = prefill(model, torch.tensor(prompt_ids, dtype=torch.long, device=device)[None], cache, chunk)
+    logits = prefill(model, torch.tensor(prompt_ids, dtype=torch.long, device=device)[None], cache, chunk,
+                     progress=progress)
     pred = [logits[0, -1].argmax().item()]
     while len(pred) < len(answer_ids):  # feed each new token (not the last one) to predict the next
         logits, _ = model(torch.tensor([pred[-1:]], device=device), cache=cache)  # (1, 1, V)
@@ -117,8 +131,13 @@ def score_generate(model, prompt_ids, answer_ids, chunk=1024, device="cpu"):
     return pred == list(answer_ids), pred
 
 
+# teacher-forced prompts of one length are scored together up to this many tokens in all (the KV cache of the
+# CPU demo's model takes 4 KB a token); longer prompts go one at a time
+BATCH_TOKENS = 2 ** 17
+
+
 def run_passkey(model, tokenizer, lengths, depths=5, samples=2, seed=0, mode="teacher_forced",
-                chunk=1024, device="cpu", n_digits=5, progress=True, ctx=None, batch_size=5):
+                chunk=4096, device="cpu", n_digits=5, progress=True, ctx=None, batch_size=5, done=(), save=None):
     """Passkey accuracy of `model` at each length × depth × sample (SPEC §5).
 
     tokenizer: a data.tokenizer object or its name. lengths: target prompt + answer
@@ -126,9 +145,14 @@ def run_passkey(model, tokenizer, lengths, depths=5, samples=2, seed=0, mode="te
     depths or a list of depths in [0, 1]. The key of each (length, depth index, sample)
     comes from a Random seeded by (seed, length, depth index, sample), so runs with the
     same seed see the same prompts, whichever other lengths they include. Teacher-forced
-    scoring runs the prompts of one length batch_size at a time (greedy generation, one
-    at a time). Returns a list of dicts (length, n_tokens, depth, sample, key, answer,
-    predicted, correct); correct is None (n/a) for pos='learned' past block_size.
+    scoring runs the prompts of one length together, batch_size at a time and at most BATCH_TOKENS
+    tokens in all (greedy generation, one at a time). Returns a list of dicts (length, n_tokens, depth,
+    sample, key, answer, predicted, correct), in that order; correct is None (n/a) for pos='learned'
+    past block_size.
+    done: results of an unfinished run with the same settings: those prompts are not scored again (the
+    returned list equals an uninterrupted run's). save(results): called with the results so far after
+    every batch (passkey.py writes them to disk, so a run cut short loses nothing it scored).
+    progress: a bar over all prompts (in tokens) and, for a long prompt, one over its prefill.
     Raises ValueError for a length below the template's minimum (the message states
     the minimum) or an unknown mode.
     """
@@ -140,36 +164,44 @@ def run_passkey(model, tokenizer, lengths, depths=5, samples=2, seed=0, mode="te
         raise ValueError(f"passkey length {min(lengths)} is below the minimum {min_len} tokens of the prompt "
                          f"template ({tokenizer.name} tokenizer, {n_digits}-digit key); use --lengths >= {min_len}")
     depths = passkey_depths(depths) if isinstance(depths, int) else list(depths)
-    batch_size = batch_size if mode == "teacher_forced" else 1
     model.eval()
-    results = []
-    bar = tqdm(total=sum(lengths) * len(depths) * samples, desc="passkey", unit="tok", unit_scale=True,
-               disable=not progress)
+    scored = {(r["length"], r["depth"], r["sample"]): r for r in done}  # what an earlier run already has
+    order = [(L, depths[d], s) for L in lengths for d in range(len(depths)) for s in range(samples)]
+    results = lambda: [scored[job] for job in order if job in scored]  # in the order of an uninterrupted run
+    bar = tqdm(total=sum(lengths) * len(depths) * samples, initial=sum(job[0] for job in order if job in scored),
+               desc="passkey", unit="tok", unit_scale=True, disable=not progress)
     for L in lengths:
-        jobs = []  # (depth index, sample, key, prompt, answer) of this length
+        jobs = []  # (depth index, sample, key, prompt, answer) of this length, not scored yet
         for d in range(len(depths)):
             for s in range(samples):
-                key = random_key(random.Random(f"{seed}:{L}:{d}:{s}"), n_digits)
-                jobs.append((d, s, key) + passkey_prompt(tokenizer, L, depths[d], key))
-        for b0 in range(0, len(jobs), batch_size):
-            batch = jobs[b0:b0 + batch_size]
-            scored = [(None, None)] * len(batch)  # n/a: pos='learned' past block_size
+                if (L, depths[d], s) not in scored:
+                    key = random_key(random.Random(f"{seed}:{L}:{d}:{s}"), n_digits)
+                    jobs.append((d, s, key) + passkey_prompt(tokenizer, L, depths[d], key))
+        n = 1 if mode == "generate" else max(1, min(batch_size, BATCH_TOKENS // L))
+        for b0 in range(0, len(jobs), n):
+            batch = jobs[b0:b0 + n]
+            out = [(None, None)] * len(batch)  # n/a: pos='learned' past block_size
             longest = max(len(j[3]) + len(j[4]) for j in batch) - 1  # tokens fed: prompt + answer[:-1]
+            long_prompt = progress and longest > 8 * chunk  # a bar of its own
             if longest <= model.max_length:
                 with ctx or nullcontext():
                     if mode == "teacher_forced":
-                        scored = score_teacher_forced(model, [j[3] for j in batch], [j[4] for j in batch], chunk, device)
+                        out = score_teacher_forced(model, [j[3] for j in batch], [j[4] for j in batch], chunk, device,
+                                                   long_prompt)
                     else:
-                        scored = [score_generate(model, batch[0][3], batch[0][4], chunk, device)]
-            for (d, s, key, prompt, answer), (correct, pred) in zip(batch, scored):
-                results.append(dict(length=L, n_tokens=len(prompt) + len(answer), depth=depths[d], sample=s, key=key,
-                                    answer=tokenizer.decode(answer),
-                                    predicted=None if pred is None else tokenizer.decode(pred), correct=correct))
-            done = [r["correct"] for r in results if r["length"] == L and r["correct"] is not None]
-            bar.set_postfix(length=L, acc=f"{sum(done)}/{len(done)}")
+                        out = [score_generate(model, batch[0][3], batch[0][4], chunk, device, long_prompt)]
+            for (d, s, key, prompt, answer), (correct, pred) in zip(batch, out):
+                scored[(L, depths[d], s)] = dict(
+                    length=L, n_tokens=len(prompt) + len(answer), depth=depths[d], sample=s, key=key,
+                    answer=tokenizer.decode(answer), predicted=None if pred is None else tokenizer.decode(pred),
+                    correct=correct)
+            if save is not None:
+                save(results())
+            hits = [r["correct"] for r in scored.values() if r["length"] == L and r["correct"] is not None]
+            bar.set_postfix(length=L, acc=f"{sum(hits)}/{len(hits)}")
             bar.update(L * len(batch))
     bar.close()
-    return results
+    return results()
 
 
 def key_positions(tokenizer, prompt, key):
@@ -309,21 +341,61 @@ def plot_heatmap(results, path, title=None, block_size=None):
     plt.close(fig)
 
 
-def write_results(results, path, meta=None):
-    """Write results to `path` (JSON: {"meta": meta, "results": [...]}), a CSV and a heatmap PNG beside it.
-
-    Returns (json_path, csv_path, png_path).
+def write_results(results, path, meta=None, finished=True):
+    """Write results to `path` (JSON: {"meta": meta + {"finished": finished}, "results": [...]}), and, when
+    finished, a CSV and a heatmap PNG beside it. Each file is written whole or not at all
+    (configurator.write_atomic); the JSON comes last, so one marked finished has its CSV and PNG.
+    Returns the paths written. Raises NanoPEError (one line) if a file cannot be written (a full disk).
     """
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    stem = os.path.splitext(path)[0]
-    with open(path, "w") as f:
-        json.dump({"meta": meta or {}, "results": results}, f, indent=1)
-    with open(stem + ".csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(results[0]))
-        w.writeheader()
-        w.writerows(results)
-    plot_heatmap(results, stem + ".png", (meta or {}).get("title"), (meta or {}).get("block_size"))
-    return path, stem + ".csv", stem + ".png"
+    stem, paths = os.path.splitext(path)[0], []
+    if finished:
+        def write_csv(tmp):
+            with open(tmp, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=list(results[0]))
+                w.writeheader()
+                w.writerows(results)
+        write_atomic(stem + ".csv", write_csv)
+        meta = meta or {}
+        write_atomic(stem + ".png", lambda tmp: plot_heatmap(results, tmp, meta.get("title"), meta.get("block_size")))
+        paths = [stem + ".csv", stem + ".png"]
+
+    write_json(path, {"meta": dict(meta or {}, finished=finished), "results": results})
+    return [path] + paths
+
+
+def resume_or_new(requested, settings, overwrite):
+    """Where a passkey run writes, and what it goes on from: (path, results already scored).
+
+    An unfinished run (its JSON says finished: false) with the same settings at `requested`, or at the
+    -2, -3, ... names beside it, is resumed. Every other earlier file is kept: an unfinished run with other
+    settings too (never mixed in); this run then takes the first free name (output_path). overwrite: write
+    at `requested` from scratch. Raises InputError as output_path.
+    """
+    if overwrite:
+        return output_path(requested, (".csv", ".png"), True), []
+    stem, ext = os.path.splitext(requested)
+    for n in itertools.count(1):
+        candidate = requested if n == 1 else f"{stem}-{n}{ext}"
+        if not os.path.exists(candidate):
+            break
+        try:
+            with open(candidate) as f:
+                earlier = json.load(f)
+            meta, done = earlier["meta"], earlier["results"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a passkey result: kept
+        if meta.get("finished") is False:
+            if meta.get("settings") == settings:
+                return candidate, done
+            print(f"{candidate} holds an unfinished run with other settings: kept as it is")
+    return output_path(requested, (".csv", ".png"), False), []
+
+
+def checkpoint_digest(path):
+    """sha256 of a checkpoint file (hex): a resumed passkey run must score the same weights."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def main(argv=None):
@@ -336,14 +408,15 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n_digits", type=positive_int, default=5)
     p.add_argument("--mode", choices=["teacher_forced", "generate"], default="teacher_forced")
-    p.add_argument("--chunk", type=positive_int, default=1024, help="prefill chunk size (tokens)")
+    p.add_argument("--chunk", type=positive_int, default=4096, help="prefill chunk size (tokens)")
     p.add_argument("--batch_size", type=positive_int, default=5,
                    help="prompts of one length scored together (teacher-forced); memory grows with it (KV cache)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="autocast dtype on cuda (cpu runs float32)")
     p.add_argument("--out", help="results JSON (default <ckpt dir>/passkey.json); CSV and PNG beside it. An earlier "
-                   "result there is kept: this one goes to passkey-2.json, -3, ... (--overwrite replaces it)")
+                   "result there is kept: this one goes to passkey-2.json, -3, ... (--overwrite replaces it). The "
+                   "JSON is written after every batch: the same command again goes on where a run was cut short")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier result at --out")
     p.add_argument("--attention", action="store_true",
                    help="diagnostic instead of accuracy: attention mass of every head on the key, one prompt per "
@@ -352,40 +425,49 @@ def main(argv=None):
 
     ckpt_path = args.ckpt or os.path.join(args.out_dir, "ckpt.pt")
     requested = args.out or os.path.join(os.path.dirname(ckpt_path), "passkey.json")
-    out = output_path(requested, (".csv", ".png"), args.overwrite)  # checked now, not after the evaluation
-    if out != requested:
-        print(f"{requested} holds an earlier result: writing {out} (--overwrite replaces it)")
+    output_path(requested)  # a bad --out is refused now, not after the evaluation
     model, ckpt = load_checkpoint(ckpt_path, args.device)
     tokenizer = get_tokenizer(ckpt.get("tokenizer", "byte"))
     block_size = model.config.block_size
     use_amp = "cuda" in args.device and args.dtype != "float32"
     ctx = torch.autocast("cuda", dtype=getattr(torch, args.dtype)) if use_amp else None
     t0 = time.time()
+    try:
+        lengths = parse_lengths(args.lengths, block_size)
+        depths = passkey_depths(args.depths)
+    except ValueError as e:
+        p.error(str(e))
     if args.attention:
         png = os.path.join(os.path.dirname(ckpt_path), "key_attention.png")
         try:
-            depths = passkey_depths(args.depths)
-            print(attention_report(model, tokenizer, parse_lengths(args.lengths, block_size), depths, args.seed,
-                                   args.chunk, args.device, png, block_size))
+            print(attention_report(model, tokenizer, lengths, depths, args.seed, args.chunk, args.device, png,
+                                   block_size))
         except ValueError as e:
             p.error(str(e))
         print(f"wrote {png} ({time.time() - t0:.1f} s)")
         return
-    try:
-        lengths = parse_lengths(args.lengths, block_size)
-        results = run_passkey(model, tokenizer, lengths, args.depths, args.samples, args.seed, args.mode,
-                              args.chunk, args.device, args.n_digits, ctx=ctx,
-                              batch_size=args.batch_size)
-    except ValueError as e:
-        p.error(str(e))
+    # what makes two runs' results the same: a run cut short goes on only under these settings
+    settings = dict(ckpt_sha256=checkpoint_digest(ckpt_path), lengths=lengths, depths=depths, samples=args.samples,
+                    seed=args.seed, mode=args.mode, n_digits=args.n_digits, dtype=args.dtype)
+    out, done = resume_or_new(requested, settings, args.overwrite)
+    if done:
+        print(f"{out}: an unfinished run of these settings, going on after the {len(done)} prompts it scored")
+    elif out != requested:
+        print(f"{requested} holds an earlier result: writing {out} (--overwrite replaces it)")
     cfg = model.config
     name = f"{cfg.pos}{'+ssmax' if cfg.ssmax else ''}"
+    meta = dict(ckpt=ckpt_path, pos=cfg.pos, ssmax=cfg.ssmax, block_size=block_size, tokenizer=tokenizer.name,
+                iter_num=ckpt.get("iter_num"), mode=args.mode, seed=args.seed, n_digits=args.n_digits,
+                title=f"passkey accuracy (%), {name}, block_size {block_size}", settings=settings)
+    try:
+        results = run_passkey(model, tokenizer, lengths, depths, args.samples, args.seed, args.mode,
+                              args.chunk, args.device, args.n_digits, ctx=ctx, batch_size=args.batch_size,
+                              done=done, save=lambda rs: write_results(rs, out, meta, finished=False))
+    except ValueError as e:
+        p.error(str(e))
     print(f"\npasskey accuracy, {name}, {ckpt_path}, block_size {block_size}, mode {args.mode}, "
           f"{args.samples} samples per cell, {time.time() - t0:.1f} s")
     print(format_table(results, block_size))
-    meta = dict(ckpt=ckpt_path, pos=cfg.pos, ssmax=cfg.ssmax, block_size=block_size, tokenizer=tokenizer.name,
-                iter_num=ckpt.get("iter_num"), mode=args.mode, seed=args.seed, n_digits=args.n_digits,
-                title=f"passkey accuracy (%), {name}, block_size {block_size}")
     paths = write_results(results, out, meta)
     print("wrote " + ", ".join(paths))
 

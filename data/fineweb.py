@@ -26,7 +26,7 @@ import shutil
 import numpy as np
 from tqdm import tqdm
 
-from configurator import InputError, MissingFileError, positive_int, run_script
+from configurator import InputError, MissingFileError, positive_int, run_script, write_atomic, write_json
 from data.tokenizer import get_tokenizer, write_meta, write_split
 
 REPOS = {"fineweb": "HuggingFaceFW/fineweb", "edu": "HuggingFaceFW/fineweb-edu"}
@@ -112,10 +112,7 @@ def shard_name(i):
 
 
 def _save(out_dir, st):
-    path = os.path.join(out_dir, "progress.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(st, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_json(os.path.join(out_dir, "progress.json"), st)
 
 
 def _load_progress(out_dir, config, max_tokens):
@@ -166,11 +163,13 @@ def _tokenize_to_shards(st, texts, out_dir, shard_size, max_tokens, num_proc, ch
 
 def _concat(out_dir, stems, split):
     path = os.path.join(out_dir, f"{split}.bin")
-    with open(path + ".tmp", "wb") as f:
-        for s in stems:
-            with open(os.path.join(out_dir, s + ".bin"), "rb") as g:
-                shutil.copyfileobj(g, f, 1 << 24)
-    os.replace(path + ".tmp", path)
+
+    def concat(tmp):
+        with open(tmp, "wb") as f:
+            for s in stems:
+                with open(os.path.join(out_dir, s + ".bin"), "rb") as g:
+                    shutil.copyfileobj(g, f, 1 << 24)
+    write_atomic(path, concat)
     return os.path.getsize(path) // 2
 
 

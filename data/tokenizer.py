@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from configurator import InputError, MissingFileError
+from configurator import InputError, MissingFileError, write_json, write_atomic
 
 VOCAB_SIZES = {"byte": 257, "gpt2": 50257}
 PREPARE_COMMANDS = [
@@ -71,7 +71,7 @@ def get_tokenizer(name):
 def write_split(out_dir, split, ids):
     """Write ids (sequence of ints or int array) to out_dir/<split>.bin as flat uint16.
 
-    Atomic: writes a temporary file, then os.replace. Raises InputError if an id is
+    Atomic (configurator.write_atomic). Raises InputError if an id is
     outside 0..65535. Returns the path written.
     """
     arr = np.asarray(ids)
@@ -79,9 +79,7 @@ def write_split(out_dir, split, ids):
         raise InputError(f"ids must be in [0, 65536) to fit uint16, got range [{arr.min()}, {arr.max()}]")
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"{split}.bin")
-    tmp = path + ".tmp"
-    arr.astype(np.uint16).tofile(tmp)
-    os.replace(tmp, path)
+    write_atomic(path, arr.astype(np.uint16).tofile)
     return path
 
 
@@ -93,9 +91,7 @@ def write_meta(out_dir, tokenizer_name, **extra):
     meta = {"tokenizer": tokenizer_name, "vocab_size": VOCAB_SIZES[tokenizer_name], **extra}
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "meta.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(meta, f, indent=2)
-    os.replace(path + ".tmp", path)
+    write_json(path, meta, indent=2)
     return meta
 
 
