@@ -205,8 +205,9 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bia
     skip_far (a Toeplitz bias, no score_fn, no doc_start, no dropout): each chunk of queries leaves out the
     keys so far back that the bias makes their summed weight provably < e^−40 of each query's own key
     (first_needed_key): exact to float64 rounding, and linear in Tk for a local head (ALiBi, BAM with β > 0,
-    where evaluation of long prompts is dominated by the first layers). The model sets it when no gradient
-    is taken; with gradients every key is computed.
+    where evaluation of long prompts is dominated by the first layers); each head on its own, from the
+    first key its prior needs. The model sets it when no gradient is taken; with gradients every key is
+    computed.
     Memory: scores of at most (B, H, chunk_size, Tk), never Tq × Tk.
     Returns (B, H, Tq, D) in v's dtype. Raises ValueError if Tk < q_offset + Tq, or if doc_start is
     given with a KV cache (q_offset > 0 or Tk != Tq) or with a shape other than (B, Tq).
@@ -221,7 +222,12 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bia
                          f"{tuple(doc_start.shape)}. A KV cache takes no documents")
     skip = skip_far and bias_fn is not None and bias_toeplitz and score_fn is None and doc_start is None \
         and dropout_p == 0
-    if skip:  # once per call: the bias profile and the largest key norm of each head
+    if skip and H > 1:  # one head at a time, so that each leaves out as many keys as its own prior allows
+        return torch.cat([reference_attention(
+            q[:, h:h + 1], k[:, h:h + 1], v[:, h:h + 1], q_offset, lambda qp, kp, h=h: bias_fn(qp, kp)[h:h + 1],
+            None if ssmax_scale is None else ssmax_scale[h:h + 1], bias_in_ssmax, True, chunk_size=chunk_size,
+            skip_far=True) for h in range(H)], dim=1)  # (B, H, Tq, D)
+    if skip:  # once per call: the bias profile and the largest key norm
         b0, R = far_key_profile(bias_fn, Tk, q.device)
         k_norm_max = k.norm(dim=-1).amax(dim=(0, 2))  # (H,)
     out = torch.empty_like(q, dtype=v.dtype)

@@ -52,13 +52,16 @@ def test_skip_far_equals_every_key(kind, ssmax, q_offset):
         c0 = (Tq - 1) // 32 * 32
         t0 = q_offset + c0
         q_pos = torch.arange(t0, q_offset + Tq)
-        b0, R = far_key_profile(bias, T, "cpu")
-        f = None if s is None else ssmax_factor(s, q_pos, q.dtype)
-        a = first_needed_key(q[:, :, c0:], k[:, :, t0:], q_pos, f, b0, R, k.norm(dim=-1).amax(dim=(0, 2)),
-                             bias.in_ssmax)
-        assert a > 50  # the bias is local enough that the bound leaves keys out
+        b0, R = far_key_profile(bias, T, "cpu")  # (H,), (H, T)
+        f = None if s is None else ssmax_factor(s, q_pos, q.dtype)  # (H, tq, 1)
         v_nan = v.clone()
-        v_nan[:, :, :a] = float("nan")
+        firsts = []
+        for h in range(H):  # each head from its own first key
+            firsts.append(first_needed_key(q[:, h:h + 1, c0:], k[:, h:h + 1, t0:], q_pos, None if f is None else
+                                           f[h:h + 1], b0[h:h + 1], R[h:h + 1], k[:, h:h + 1].norm(dim=-1).amax(
+                                               dim=(0, 2)), bias.in_ssmax))
+            v_nan[:, h, :firsts[-1]] = float("nan")
+        assert min(firsts) > 50 and len(set(firsts)) > 1  # local enough to leave keys out; a head's own number
         fast = reference_attention(q, k, v_nan, skip_far=True, **kw)
     torch.testing.assert_close(fast[:, :, c0:], full[:, :, c0:], rtol=1e-12, atol=1e-12)
     assert reference_attention(q, k, v_nan, **kw)[:, :, c0:].isnan().all()  # the plain path does read them
