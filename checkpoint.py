@@ -5,13 +5,59 @@ earlier checkpoint kept beside ckpt.pt, written atomically with one-line disk er
 out_dir/ckpt.pt is the run's checkpoint. A new run (init_from=scratch) in an out_dir that
 holds one moves it to ckpt.pt.prev when it writes its own first checkpoint; train.py refuses
 to start such a run while ckpt.pt.prev is taken too, so no run overwrites another's checkpoint.
+An out_dir belongs to one run at a time (hold_out_dir): a second run there stops at once.
 """
+import json
 import os
 import shutil
+import socket
+import sys
+import time
 
+import filelock
 import torch
 
-from configurator import InputError, MissingFileError, NanoPEError
+from configurator import InputError, MissingFileError, NanoPEError, write_json
+
+OWNER = "running.json"  # in out_dir while a run holds it: who (pid, host, command, start time)
+
+
+def _owner(path):
+    """'pid 123 on host, started <time>: <command>' from a running.json, or a note that it is unreadable."""
+    try:
+        with open(path) as f:
+            o = json.load(f)
+        return f"pid {o['pid']} on {o['host']}, started {o['started']}: {o['command']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that left no readable " + OWNER
+
+
+def hold_out_dir(out_dir):
+    """Make out_dir this process's until it calls the returned release() or dies: an OS lock on out_dir/.lock
+    (filelock; the operating system drops it when the process ends, kill -9 included) and out_dir/running.json
+    (pid, host, command, start time) while the run lasts. A running.json whose lock is gone (a run that was
+    killed) is taken over, with a note on stdout. Raises InputError (one line: the other run's process and
+    command, the fix) if a live process holds out_dir; nothing in out_dir is changed then.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    owner = os.path.join(out_dir, OWNER)
+    lock = filelock.FileLock(os.path.join(out_dir, ".lock"), timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise InputError(f"{out_dir} is in use by another run ({_owner(owner)}): wait for it to end or stop it, "
+                         f"or give this run another --out_dir") from None
+    if os.path.exists(owner):
+        print(f"{out_dir}: taking over from a run that ended without letting go ({_owner(owner)}; "
+              f"its process is gone)")
+    write_json(owner, dict(pid=os.getpid(), host=socket.gethostname(), command=" ".join(sys.argv),
+                           started=time.strftime("%Y-%m-%d %H:%M:%S")))
+
+    def release():
+        if os.path.exists(owner):
+            os.remove(owner)
+        lock.release()
+    return release
 
 PREV = ".prev"  # suffix of the earlier checkpoint kept beside ckpt.pt
 

@@ -31,7 +31,7 @@ from dataclasses import fields
 import torch
 from tqdm import tqdm
 
-from checkpoint import load_resume_checkpoint, prev_path, save_checkpoint
+from checkpoint import hold_out_dir, load_resume_checkpoint, prev_path, save_checkpoint
 from checks import NonFiniteError, build_model, check_data, check_settings, finite, nonfinite_message
 from data.batches import document_ids, get_batch, prepare_data
 from configurator import InputError, get_config, run_script
@@ -168,8 +168,8 @@ def train(cfg):
     finished = run.init_or_resume()  # model and optimizer: from scratch or from out_dir/ckpt.pt
     if finished is not None:  # a resumed run that has nothing left to train
         return finished
-    run.start()  # the first write to out_dir: log.txt, Ctrl-C handler, progress bar
     try:
+        run.start()  # out_dir held (one run at a time), the first write there: log.txt, Ctrl-C handler, progress bar
         return run.loop()  # evaluate and checkpoint every eval_interval, train in between
     finally:
         run.close()  # progress bar, Ctrl-C handler and DDP put back, also after an error
@@ -185,6 +185,7 @@ class Run:
         self.cfg = dict(cfg)
         self.settings = dict(cfg)  # what checkpoints record: the settings as given, the model's own below
         self.bar, self.catch_ctrl_c, self.previous_handler, self.interrupted = None, False, None, []
+        self.release_out_dir = None
 
     # ---------------------------------------------------------------- setup: settings, device, dtype, DDP
 
@@ -385,6 +386,8 @@ class Run:
 
     def start(self):
         cfg = self.cfg
+        if self.master:  # out_dir is this run's until it ends; a second run there stops here (checkpoint.py)
+            self.release_out_dir = hold_out_dir(cfg["out_dir"])
         if cfg["wandb_log"] and self.master:
             try:
                 import wandb
@@ -423,6 +426,9 @@ class Run:
     def close(self):
         if self.bar is not None:
             self.bar.close()
+        if self.release_out_dir is not None:
+            self.release_out_dir()
+            self.release_out_dir = None
         if self.catch_ctrl_c:
             signal.signal(signal.SIGINT, self.previous_handler)
             self.catch_ctrl_c = False

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
@@ -369,3 +370,40 @@ def test_log_is_trimmed_to_the_resumed_checkpoint(tmp_path, data_dir, monkeypatc
     def evaluations(folder):
         return [line for line in (folder / "log.txt").read_text().splitlines() if line.startswith("step ")]
     assert evaluations(tmp_path / "b") == evaluations(tmp_path / "a")
+
+
+# ---------------------------------------------------------------- runs that collide (issue 28)
+
+def test_an_out_dir_in_use_refuses_a_second_run_and_a_killed_runs_lock_is_taken_over(tmp_path, data_dir):
+    """Real processes: while one train.py runs in out_dir, a second one there (new or resumed) stops at once with
+    one line naming the first; after kill -9 of the first, the next run takes out_dir over and says so."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "train.py"] + TINY + [f"--out_dir={out}", f"--dataset={data_dir}"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    first = subprocess.Popen(cmd + ["--max_iters=1000000", "--eval_interval=5"], cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):  # until the first run holds out_dir and has a checkpoint (at most 60 s)
+            if (out / "running.json").exists() and (out / "ckpt.pt").exists():
+                break
+            assert first.poll() is None, "the first run ended early"
+            time.sleep(0.1)
+        assert json.loads((out / "running.json").read_text())["pid"] == first.pid
+        log_before = (out / "log.txt").read_text()
+        for extra in (["--max_iters=2"], ["--max_iters=2000000", "--init_from=resume"]):
+            second = subprocess.run(cmd + extra, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+            assert second.returncode != 0
+            err = second.stderr.strip().splitlines()
+            assert len(err) == 1 and "in use by another run" in err[0] and f"pid {first.pid}" in err[0], err
+        assert json.loads((out / "running.json").read_text())["pid"] == first.pid
+        assert (out / "log.txt").read_text().startswith(log_before)  # not cut back by the resumed run
+        assert "nanoPE:" not in (out / "log.txt").read_text()[len(log_before):]  # no other run's header
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert (out / "running.json").exists()  # kill -9: nothing was cleaned up
+    third = subprocess.run(cmd + ["--max_iters=2", "--eval_interval=2"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert third.returncode == 0, third.stderr
+    assert "taking over" in third.stdout and f"pid {first.pid}" in third.stdout
+    assert not (out / "running.json").exists() and (out / "ckpt.pt").is_file()  # released at the end
