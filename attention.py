@@ -166,7 +166,8 @@ def first_needed_key(qc, k_own, q_pos, f, b0, R, k_norm_max, bias_in_ssmax):
     factor or None; b0, R from far_key_profile; k_norm_max (H,) the largest |k| of the keys.
     Logits z = fq·q·k/√D + fb·b (fq = f, or 1 without SSMax; fb = fq if the bias is inside SSMax, BAM, else 1).
     A key at distance >= d has z <= |fq|·|q|·max|k|/√D + fb·R[h, d] (Cauchy-Schwarz); the query's own key has
-    z_own exactly; the n_i = q_pos + 1 keys of query i weigh at most n_i·exp(bound − z_own) relative to it.
+    z_own exactly; the n_i = q_pos + 1 keys of query i weigh at most n_i·exp(bound − z_own) relative to it
+    (docs/spec.md §5, "Scoring very long prompts").
     Returns an int key position, 0 where no key can be left out (or where fb <= 0: a negative SSMax s).
     """
     D = qc.shape[-1]
