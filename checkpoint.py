@@ -7,6 +7,7 @@ holds one moves it to ckpt.pt.prev when it writes its own first checkpoint; trai
 to start such a run while ckpt.pt.prev is taken too, so no run overwrites another's checkpoint.
 An out_dir belongs to one run at a time (hold_out_dir): a second run there stops at once.
 """
+import hashlib
 import json
 import os
 import shutil
@@ -165,3 +166,9 @@ def save_checkpoint(path, ckpt, keep_previous=False):
     if keep_previous and os.path.isfile(path):
         os.replace(path, path + PREV)
     os.replace(tmp, path)
+
+
+def checkpoint_digest(path):
+    """sha256 of a checkpoint file (hex): an evaluation resumed from its results must score the same weights."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

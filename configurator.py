@@ -6,10 +6,12 @@ key = value), then --key=value overrides, each checked against the default's typ
 
 Also what every script shares: nanoPE's error classes, run_script (those errors as one
 line), positive_int (an argparse type), output_path (an output file checked before a
-long run) write_atomic and write_json (a result file written whole or not at all).
+long run), resume_or_new (an evaluation cut short goes on), write_atomic and write_json (a
+result file written whole or not at all).
 """
 import argparse
 import ast
+import itertools
 import json
 import os
 import sys
@@ -193,6 +195,36 @@ def output_path(path, siblings=(), overwrite=True):
         n += 1
         candidate = f"{stem}-{n}"
     return candidate + ext
+
+
+def resume_or_new(requested, settings, overwrite, siblings=()):
+    """Where an evaluation writes its results JSON, and what it goes on from: (path, results already done).
+
+    The JSON is {"meta": {..., "settings": settings, "finished": bool}, "results": [...]}, rewritten as
+    results come (passkey.py, eval_ppl.py). An unfinished one with the same settings at `requested`, or at
+    the -2, -3, ... names beside it, is resumed. Every other earlier file is kept: an unfinished run with
+    other settings too (never mixed in); this run then takes the first free name (output_path, with the
+    sibling extensions written beside it). overwrite: write at `requested` from scratch. Raises InputError
+    as output_path.
+    """
+    if overwrite:
+        return output_path(requested, siblings, True), []
+    stem, ext = os.path.splitext(requested)
+    for n in itertools.count(1):
+        candidate = requested if n == 1 else f"{stem}-{n}{ext}"
+        if not os.path.exists(candidate):
+            break
+        try:
+            with open(candidate) as f:
+                earlier = json.load(f)
+            meta, done = earlier["meta"], earlier["results"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not such a result: kept
+        if meta.get("finished") is False:
+            if meta.get("settings") == settings:
+                return candidate, done
+            print(f"{candidate} holds an unfinished run with other settings: kept as it is")
+    return output_path(requested, siblings, False), []
 
 
 def write_atomic(path, write):

@@ -8,10 +8,12 @@ Full-window loss (default): non-overlapping windows of L tokens, every token
 scored. Sliding window (--stride S, Press et al.): windows of L tokens moved by
 S, only the last S tokens of each scored (the first window scores all of its
 tokens). Windows run through the KV cache in chunks of --chunk tokens, so no
-T × T score matrix is built. Writes a table, a JSON and a perplexity plot.
+T × T score matrix is built. Writes a table, a JSON ({"meta", "results": one row per
+checkpoint and length}) and a perplexity plot. The JSON is rewritten after every row: a
+run cut short goes on from the rows it has when the same command runs again (same
+checkpoints, data and settings); an earlier finished result is kept (ppl-2.json, ...).
 """
 import argparse
-import json
 import math
 import os
 from contextlib import nullcontext
@@ -21,8 +23,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from checkpoint import read_checkpoint
-from configurator import InputError, MissingFileError, output_path, positive_int, run_script
+from checkpoint import checkpoint_digest, read_checkpoint
+from configurator import (InputError, MissingFileError, output_path, positive_int, resume_or_new, run_script,
+                          write_atomic, write_json)
 from data.tokenizer import data_dir_of, read_meta
 from model import load_checkpoint
 from passkey import parse_lengths
@@ -164,7 +167,9 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="autocast dtype on cuda (cpu runs float32)")
-    p.add_argument("--out", help="results JSON (default <ckpt dir>/ppl.json for one checkpoint, else out-ppl/ppl.json)")
+    p.add_argument("--out", help="results JSON (default <ckpt dir>/ppl.json for one checkpoint, else out-ppl/ppl.json); "
+                   "an earlier result there is kept (this one goes to ppl-2.json, ...); a run cut short goes on")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier result at --out")
     args = p.parse_args(argv)
     paths = args.ckpt + [os.path.join(d, "ckpt.pt") for d in args.out_dirs]
     if not paths:
@@ -172,12 +177,22 @@ def main(argv=None):
     use_amp = "cuda" in args.device and args.dtype != "float32"
     ctx = torch.autocast("cuda", dtype=getattr(torch, args.dtype)) if use_amp else None
     # everything is checked before the first evaluation: the output, then every checkpoint's data
-    out = output_path(args.out or os.path.join(os.path.dirname(paths[0]) if len(paths) == 1 else "out-ppl",
-                                               "ppl.json"))
+    requested = args.out or os.path.join(os.path.dirname(paths[0]) if len(paths) == 1 else "out-ppl", "ppl.json")
+    output_path(requested)
     data = {path: data_of(path, read_checkpoint(path, mmap=True), args.data_dir, args.split) for path in paths}
-
-    rows = []
-    for path in paths:
+    # what makes two runs' rows the same: a run cut short goes on only under these settings
+    settings = dict(ckpt_sha256=[checkpoint_digest(path) for path in paths], data=[data[path][1] for path in paths],
+                    lengths=args.lengths, stride=args.stride, max_tokens=args.max_tokens, max_windows=args.max_windows,
+                    dtype=args.dtype)
+    out, done = resume_or_new(requested, settings, args.overwrite, (".png",))
+    if done:
+        print(f"{out}: an unfinished run of these settings, going on after the {len(done)} rows it has")
+    elif out != requested:
+        print(f"{requested} holds an earlier result: writing {out} (--overwrite replaces it)")
+    title = "perplexity" + (f", stride {args.stride}" if args.stride else ", full windows")
+    meta = dict(title=title, settings=settings)
+    rows = list(done)
+    for i, path in enumerate(paths):
         model, ckpt = load_checkpoint(path, args.device)
         cfg = model.config
         data_dir, split_file = data[path]
@@ -185,6 +200,8 @@ def main(argv=None):
         tokens = tokens[:args.max_tokens] if args.max_tokens else tokens
         label = label_of(path, model)
         for L in parse_lengths(args.lengths, cfg.block_size):
+            if any(r["ckpt"] == path and r["length"] == L for r in done):
+                continue  # scored by the run this one goes on from
             stride = min(args.stride or L, L)  # a stride >= L is plain full windows
             row = dict(ckpt=path, label=label, pos=cfg.pos, ssmax=cfg.ssmax, block_size=cfg.block_size,
                        data_dir=data_dir, length=L, stride=stride, loss=None, ppl=None, n_scored=0)
@@ -197,13 +214,12 @@ def main(argv=None):
             print(f"{label} L={L}: " + ("n/a" if row["ppl"] is None else
                                         f"loss {row['loss']:.4f} ppl {row['ppl']:.3f} ({row['n_scored']} tokens)"))
             rows.append(row)
-    print("\nperplexity" + (f", stride {args.stride}" if args.stride else ", full windows"))
+            write_json(out, dict(meta=dict(meta, finished=False), results=rows))  # cut short, nothing done is lost
+    print(f"\n{title}")
     print(format_table(rows))
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(rows, f, indent=1)
     png = os.path.splitext(out)[0] + ".png"
-    plot_ppl(rows, png, "perplexity" + (f", stride {args.stride}" if args.stride else ", full windows"))
+    write_atomic(png, lambda tmp: plot_ppl(rows, tmp, title))
+    write_json(out, dict(meta=dict(meta, finished=True), results=rows))  # last: a finished JSON has its PNG
     print(f"wrote {out}, {png}")
 
 

@@ -21,9 +21,6 @@ passkey-2.json, ...) unless --overwrite.
 """
 import argparse
 import csv
-import hashlib
-import itertools
-import json
 import os
 import random
 import time
@@ -32,7 +29,8 @@ from contextlib import nullcontext
 import torch
 from tqdm import tqdm
 
-from configurator import output_path, positive_int, run_script, write_atomic, write_json
+from checkpoint import checkpoint_digest
+from configurator import output_path, positive_int, resume_or_new, run_script, write_atomic, write_json
 from data.passkey import KEY_SENTENCE, passkey_depths, passkey_min_length, passkey_prompt, random_key
 from data.tokenizer import get_tokenizer
 from model import load_checkpoint
@@ -364,40 +362,6 @@ def write_results(results, path, meta=None, finished=True):
     return [path] + paths
 
 
-def resume_or_new(requested, settings, overwrite):
-    """Where a passkey run writes, and what it goes on from: (path, results already scored).
-
-    An unfinished run (its JSON says finished: false) with the same settings at `requested`, or at the
-    -2, -3, ... names beside it, is resumed. Every other earlier file is kept: an unfinished run with other
-    settings too (never mixed in); this run then takes the first free name (output_path). overwrite: write
-    at `requested` from scratch. Raises InputError as output_path.
-    """
-    if overwrite:
-        return output_path(requested, (".csv", ".png"), True), []
-    stem, ext = os.path.splitext(requested)
-    for n in itertools.count(1):
-        candidate = requested if n == 1 else f"{stem}-{n}{ext}"
-        if not os.path.exists(candidate):
-            break
-        try:
-            with open(candidate) as f:
-                earlier = json.load(f)
-            meta, done = earlier["meta"], earlier["results"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # not a passkey result: kept
-        if meta.get("finished") is False:
-            if meta.get("settings") == settings:
-                return candidate, done
-            print(f"{candidate} holds an unfinished run with other settings: kept as it is")
-    return output_path(requested, (".csv", ".png"), False), []
-
-
-def checkpoint_digest(path):
-    """sha256 of a checkpoint file (hex): a resumed passkey run must score the same weights."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", help="checkpoint path (default <out_dir>/ckpt.pt)")
@@ -449,7 +413,7 @@ def main(argv=None):
     # what makes two runs' results the same: a run cut short goes on only under these settings
     settings = dict(ckpt_sha256=checkpoint_digest(ckpt_path), lengths=lengths, depths=depths, samples=args.samples,
                     seed=args.seed, mode=args.mode, n_digits=args.n_digits, dtype=args.dtype)
-    out, done = resume_or_new(requested, settings, args.overwrite)
+    out, done = resume_or_new(requested, settings, args.overwrite, (".csv", ".png"))
     if done:
         print(f"{out}: an unfinished run of these settings, going on after the {len(done)} prompts it scored")
     elif out != requested:

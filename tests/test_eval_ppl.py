@@ -77,9 +77,45 @@ def test_cli_table_json_plot_and_learned_na(tmp_path, tokens, capsys):
                    "--max_windows", "2", "--device", "cpu", "--out", str(out)])
     text = capsys.readouterr().out
     assert "a (bam+ssmax)" in text and "b (learned)" in text and "n/a" in text
-    rows = json.load(open(out))
+    rows = json.load(open(out))["results"]
     assert len(rows) == 6
     na = [(r["label"], r["length"]) for r in rows if r["ppl"] is None]
     assert na == [("b (learned)", 64), ("b (learned)", 100)]
     assert all(r["n_scored"] == 2 * r["length"] for r in rows if r["ppl"] is not None)
     assert (tmp_path / "res.png").stat().st_size > 0
+
+
+def test_cut_short_then_the_same_command_goes_on(tmp_path, tokens, monkeypatch):
+    """eval_ppl.py stopped after its second row (Ctrl-C) goes on from there when run again: the rows equal an
+    uninterrupted run's and the rows it had are not evaluated again. Other settings are kept apart."""
+    data = tmp_path / "data"
+    write_split(str(data), "train", tokens)
+    write_split(str(data), "val", tokens)
+    write_meta(str(data), "byte")
+    m = tiny_gpt("bam", True)
+    torch.save({"model": m.state_dict(), "model_args": asdict(m.config), "iter_num": 0, "best_val_loss": 0.0,
+                "config": {"dataset": str(data)}, "tokenizer": "byte"}, tmp_path / "ckpt.pt")
+    args = ["--ckpt", str(tmp_path / "ckpt.pt"), "--lengths", "1x,2x,100", "--max_windows", "2", "--device", "cpu"]
+    eval_ppl.main(args + ["--out", str(tmp_path / "whole.json")])
+    whole = json.load(open(tmp_path / "whole.json"))["results"]
+    calls, real = [], eval_ppl.evaluate_ppl
+
+    def cut_after_two(*a, **kw):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(a[2])
+        return real(*a, **kw)
+    monkeypatch.setattr(eval_ppl, "evaluate_ppl", cut_after_two)
+    out = tmp_path / "ppl.json"
+    with pytest.raises(KeyboardInterrupt):
+        eval_ppl.main(args + ["--out", str(out)])
+    cut = json.load(open(out))
+    assert cut["meta"]["finished"] is False and len(cut["results"]) == 2 and not (tmp_path / "ppl.png").exists()
+    calls.clear()
+    monkeypatch.setattr(eval_ppl, "evaluate_ppl", lambda *a, **kw: (calls.append(a[2]), real(*a, **kw))[1])
+    eval_ppl.main(args + ["--out", str(out)])
+    assert calls == [100]  # only the row it did not have
+    again = json.load(open(out))
+    assert again["meta"]["finished"] is True and again["results"] == whole and (tmp_path / "ppl.png").is_file()
+    eval_ppl.main(args[:3] + ["1x"] + args[4:] + ["--out", str(out)])  # other lengths: a new file, the old kept
+    assert json.load(open(out)) == again and len(json.load(open(tmp_path / "ppl-2.json"))["results"]) == 1

@@ -11,7 +11,7 @@ import attention
 import passkey
 from attention import ALiBi, first_needed_key, far_key_profile, reference_attention, ssmax_factor
 from attention_bam import GGDPrior
-from configurator import NanoPEError, write_atomic
+from configurator import NanoPEError, resume_or_new, write_atomic
 from data.passkey import passkey_min_length, passkey_prompt
 from data.tokenizer import get_tokenizer
 from conftest import make_tiny_gpt
@@ -167,9 +167,9 @@ def test_resume_or_new_keeps_other_settings_apart(tmp_path):
     settings = {"ckpt_sha256": "ab", "lengths": [320], "depths": 5}
     with open(out, "w") as f:
         json.dump({"meta": {"settings": settings, "finished": False}, "results": [{"length": 320}]}, f)
-    path, done = passkey.resume_or_new(out, settings, overwrite=False)
+    path, done = resume_or_new(out, settings, overwrite=False)
     assert path == out and done == [{"length": 320}]  # same settings, unfinished: resumed
-    path, done = passkey.resume_or_new(out, {**settings, "depths": 3}, overwrite=False)
+    path, done = resume_or_new(out, {**settings, "depths": 3}, overwrite=False)
     assert path != out and done == []  # other settings: a new file beside it, the old one kept
 
 
