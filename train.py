@@ -484,10 +484,14 @@ class Run:
     def evaluate_and_save(self):
         """Evaluate; log the losses and the positional parameters (β, c, s); plot; checkpoint (rank 0)."""
         cfg, t_eval = self.cfg, time.time()
+        bad = False
         if self.master:
             losses = self.losses = self.estimate_loss()
-            if not finite(losses["train"], losses["val"]):  # stop before it is logged or saved
-                self.fail(f"non-finite evaluation loss (train {losses['train']}, val {losses['val']})", self.iter_num)
+            bad = not finite(losses["train"], losses["val"])
+        if self.any_rank(bad):  # stop before it is logged or saved, every rank (the others would wait for rank 0)
+            self.fail("non-finite evaluation loss " + (f"(train {losses['train']}, val {losses['val']})" if self.master
+                                                       else "(rank 0's evaluation)"), self.iter_num)
+        if self.master:
             self.history.append([self.iter_num, losses["train"], losses["val"]])
             self.log(f"step {self.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
             if cfg["wandb_log"]:
@@ -532,7 +536,7 @@ class Run:
             self.scaler.unscale_(self.optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"] or math.inf)
             grad_norm = None if self.scaler.is_enabled() else grad_norm  # float16: GradScaler skips overflowing steps
-        if cfg["max_bad_steps"] and not finite(loss, grad_norm):  # the guard: a sync every step
+        if cfg["max_bad_steps"] and self.any_rank(not finite(loss, grad_norm)):  # the guard: a sync every step
             self.bad_steps += 1
             self.log(f"iteration {self.iter_num + 1}: non-finite loss or gradient, step skipped ({self.bad_steps} of "
                      f"max_bad_steps={cfg['max_bad_steps']})")
@@ -544,12 +548,14 @@ class Run:
         self.optimizer.zero_grad(set_to_none=True)
         self.iter_num += 1
         self.bar.update(1)
-        if self.iter_num % cfg["log_interval"] == 0 and self.master:
-            dt, self.t_last = time.time() - self.t_last, time.time()
+        if self.iter_num % cfg["log_interval"] == 0:
             lossf = loss.item() * cfg["gradient_accumulation_steps"]
-            if not cfg["max_bad_steps"] and not finite(lossf, grad_norm):  # every log step (the guard: every step)
+            # every log step (the guard: every step); a NaN on any rank stops every rank at the same iteration
+            if not cfg["max_bad_steps"] and self.any_rank(not finite(lossf, grad_norm)):
                 self.fail(f"non-finite training loss ({lossf}, gradient norm "
                           f"{None if grad_norm is None else float(grad_norm)})", self.iter_num)
+        if self.iter_num % cfg["log_interval"] == 0 and self.master:
+            dt, self.t_last = time.time() - self.t_last, time.time()
             tok_s = self.tokens_per_iter * cfg["log_interval"] / dt
             self.bar.set_postfix(loss=f"{lossf:.4f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
 
@@ -593,6 +599,15 @@ class Run:
             self.log(f"interrupted at iteration {self.iter_num}; not saved (always_save_checkpoint=False keeps "
                      f"{self.ckpt_path} for the best validation loss)")
         raise KeyboardInterrupt
+
+    def any_rank(self, flag):
+        """True if `flag` is true on any process: under DDP an all-reduce, so that every rank takes the same branch
+        (one rank stopping alone would leave the others waiting for it)."""
+        if not self.ddp:
+            return flag
+        t = torch.tensor([float(flag)], device=self.dev)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return bool(t.item())
 
     def fail(self, what, iter_num):
         """Stop the run with a NonFiniteError naming what went non-finite and the last good checkpoint."""

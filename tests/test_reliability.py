@@ -407,3 +407,108 @@ def test_an_out_dir_in_use_refuses_a_second_run_and_a_killed_runs_lock_is_taken_
     assert third.returncode == 0, third.stderr
     assert "taking over" in third.stdout and f"pid {first.pid}" in third.stdout
     assert not (out / "running.json").exists() and (out / "ckpt.pt").is_file()  # released at the end
+
+
+def torchrun_cmd(out, data_dir, *args, script="train.py"):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script] + TINY + \
+        [f"--out_dir={out}", f"--dataset={data_dir}", "--gradient_accumulation_steps=2"] + list(args)
+
+
+# a train.py whose rank 1 turns its loss to NaN from its 7th training forward on (rank 0's stays finite)
+NAN_ON_RANK_1 = """import os, sys
+sys.path.insert(0, {root!r})
+import model, train
+from configurator import run_script
+if os.environ["RANK"] == "1":
+    forward, calls = model.GPT.forward, []
+    def nan_forward(self, idx, targets=None, **kwargs):
+        logits, loss = forward(self, idx, targets, **kwargs)
+        if targets is not None and self.training:
+            calls.append(1)
+            if len(calls) > 6:
+                loss = loss * float("nan")
+        return logits, loss
+    model.GPT.forward = nan_forward
+run_script(train.main)
+"""
+
+
+def test_ddp_a_rank_with_nan_stops_every_rank_and_the_last_checkpoint_resumes(tmp_path, data_dir):
+    """torchrun, 2 processes (gloo): NaN on rank 1 alone ends the job (no hang) with the one-line NaN message; the
+    last checkpoint is finite and a resumed run goes on from it."""
+    script = tmp_path / "nan_on_rank_1.py"
+    script.write_text(NAN_ON_RANK_1.format(root=ROOT))
+    out = tmp_path / "out"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run(torchrun_cmd(out, data_dir, "--max_iters=100", "--eval_interval=4", "--log_interval=1",
+                                    script=str(script)), cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if line.startswith(f"{script.name}:")]
+    assert lines and "non-finite" in lines[0], r.stderr[-3000:]
+    assert "train.py\", line" not in r.stderr  # the ranks print one line (torchrun adds its own report)
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert 0 < ckpt["iter_num"] < 8 and all(torch.isfinite(p).all() for p in ckpt["model"].values())
+    r = subprocess.run(torchrun_cmd(out, data_dir, "--init_from=resume", f"--max_iters={ckpt['iter_num'] + 2}"),
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert torch.load(out / "ckpt.pt", weights_only=True)["iter_num"] == ckpt["iter_num"] + 2
+
+
+def test_ddp_a_killed_rank_ends_the_job_and_the_last_checkpoint_resumes(tmp_path, data_dir):
+    """torchrun, 2 processes (gloo): kill -9 of rank 1 ends the whole job within a minute; the checkpoint is intact
+    and a resumed run (which takes over out_dir from the dead rank 0) goes on from it."""
+    out = tmp_path / "out"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    job = subprocess.Popen(torchrun_cmd(out, data_dir, "--max_iters=1000000", "--eval_interval=5"), cwd=ROOT,
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):  # until a checkpoint is there (at most 120 s)
+            if (out / "ckpt.pt").exists() and (out / "running.json").exists():
+                break
+            assert job.poll() is None, job.stderr.read()[-2000:]
+            time.sleep(0.1)
+        rank0 = json.loads((out / "running.json").read_text())["pid"]
+        ranks = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+        rank1 = [int(p) for p in ranks if int(p) != rank0]
+        assert len(rank1) == 1, ranks
+        os.kill(rank1[0], signal.SIGKILL)
+        job.wait(timeout=60)  # the job ends: no rank left waiting for the dead one
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode != 0
+    saved = torch.load(out / "ckpt.pt", weights_only=True)  # intact: written whole or not at all
+    r = subprocess.run(torchrun_cmd(out, data_dir, "--init_from=resume", f"--max_iters={saved['iter_num'] + 2}"),
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert torch.load(out / "ckpt.pt", weights_only=True)["iter_num"] == saved["iter_num"] + 2
+
+
+def limit_file_size(n_bytes):
+    """For a subprocess: files it writes may not grow past n_bytes (the OS refuses the write, as a full disk
+    does: EFBIG instead of ENOSPC), and the refusal is an error, not a SIGXFSZ kill."""
+    def apply():
+        import resource
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (n_bytes, n_bytes))
+    return apply
+
+
+@pytest.mark.parametrize("script", ["passkey.py", "eval_ppl.py"])
+def test_evaluation_output_refused_by_the_os_is_one_line_and_leaves_no_partial_file(tmp_path, data_dir, script):
+    """A real process whose result files the OS refuses (a file-size limit, as a full disk): one line, exit 1,
+    and no JSON, PNG or temporary file left that could pass for a result."""
+    model = make_tiny_gpt(block_size=256)
+    torch.save({"model": model.state_dict(), "model_args": asdict(model.config), "config": {"dataset": str(data_dir)},
+                "tokenizer": "byte"}, tmp_path / "ckpt.pt")
+    res = tmp_path / "res"
+    res.mkdir()
+    args = {"passkey.py": ["--lengths=300", "--depths=1", "--samples=1"], "eval_ppl.py": ["--lengths=1x",
+                                                                                          "--max_windows=1"]}[script]
+    r = subprocess.run([sys.executable, script, f"--ckpt={tmp_path / 'ckpt.pt'}", f"--out={res / 'r.json'}",
+                        "--device=cpu"] + args, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       preexec_fn=limit_file_size(200), env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{script}: could not write") and "r.json" in last and "free some space" in last, last
+    assert list(res.iterdir()) == []
