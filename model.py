@@ -60,6 +60,7 @@ class GPTConfig:
     pos: str = "rope"           # one of POS_VARIANTS
     ssmax: bool = False         # scalable softmax (SPEC §2), with any pos
     ssmax_init: float = 1.0     # s_h at init: 1.0 in the BAM code, ~1/mean(ln n) in others (SPEC §2)
+    ssmax_layers: object = None  # None: SSMax in every layer; a list of layer indices (negative from the end)
     rope_base: float = 10000.0
     bam_shape_init: object = 1.0        # β at init: a number (1 = ALiBi), "linear", one per head, or one entry per layer
     bam_scale_init: object = "alibi"    # c at init: "alibi" slopes or a number > 0
@@ -89,6 +90,14 @@ class GPTConfig:
                                  f"bam_global_prior=True shares one prior: give one value for all layers")
             for layer in range(self.n_layer if per_layer else 1):  # each raises ValueError if malformed
                 per_head_shape_init(layer_shape_init(self.bam_shape_init, layer), self.n_head)
+        if self.ssmax_layers is not None:
+            layers = self.ssmax_layers
+            if not self.ssmax:
+                raise ValueError(f"ssmax_layers={layers!r} needs ssmax=True")
+            if not isinstance(layers, (list, tuple)) or not all(
+                    isinstance(i, int) and not isinstance(i, bool) and -self.n_layer <= i < self.n_layer for i in layers):
+                raise ValueError(f"ssmax_layers must be a list of layer indices in [-{self.n_layer}, {self.n_layer}) "
+                                 f"(n_layer = {self.n_layer}; -1 is the last layer), got {layers!r}")
         if self.pos == "rope" and (self.n_embd // self.n_head) % 2 != 0:
             raise ValueError("rope needs an even head dim n_embd // n_head")
         if self.pos == "tapa":
@@ -96,6 +105,12 @@ class GPTConfig:
             if not self.tapa_alpha >= 0:
                 raise ValueError(f"tapa_alpha must be >= 0 (|i − j|^alpha is infinite at i = j otherwise), "
                                  f"got {self.tapa_alpha}")
+
+
+def has_ssmax(config, layer):
+    """True if layer `layer` uses SSMax: config.ssmax, in every layer or in those of config.ssmax_layers."""
+    layers = config.ssmax_layers
+    return config.ssmax and (layers is None or layer in [i % config.n_layer for i in layers])
 
 
 def is_per_layer(shape_init):
@@ -226,7 +241,7 @@ class CausalSelfAttention(nn.Module):
         self.n_head, self.n_embd, self.dropout = config.n_head, config.n_embd, config.dropout
         self.config = config
         self.rotate, self.pos_bias, self.score = attention_parts(config, layer, shared_prior)
-        self.ssmax = SSMax(config.n_head, config.ssmax_init) if config.ssmax else None
+        self.ssmax = SSMax(config.n_head, config.ssmax_init) if has_ssmax(config, layer) else None
         # checkpoints written before the bias slot was named pos_bias hold the GGD prior under "prior."
         self.register_load_state_dict_pre_hook(rename_prior_keys)
 

@@ -277,3 +277,47 @@ def test_last_phase_equals_a_resumed_run(tmp_path):
         with pytest.raises(InputError, match=match):
             train.train(train.get_config(tiny + bad + ["--max_iters=4", f"--out_dir={tmp_path / 'bad'}"], DEFAULTS))
     assert not (tmp_path / "bad").exists()
+
+
+# ---------------------------------------------------------------- SSMax in some layers only (issue 25)
+
+def test_ssmax_layers_puts_ssmax_in_those_layers_only():
+    """ssmax_layers=[-1]: SSMax in the last layer only. Check: with the last layer's s = 1/log(n) its factor is 1 at
+    the last position, so the logits there equal those of the same weights without SSMax (the earlier layers
+    must then have none)."""
+    cfg = dict(n_layer=3, n_head=2, n_embd=16, block_size=32, vocab_size=257, pos="bam")
+    torch.manual_seed(0)
+    some = GPT(GPTConfig(**cfg, ssmax=True, ssmax_layers=[-1]))
+    assert [b.attn.ssmax is not None for b in some.transformer.h] == [False, False, True]
+    assert [b.attn.ssmax is not None for b in GPT(GPTConfig(**cfg, ssmax=True, ssmax_layers=[0, 2])).transformer.h] \
+        == [True, False, True]
+    plain = GPT(GPTConfig(**cfg))
+    plain.load_state_dict({k: v for k, v in some.state_dict().items() if "ssmax" not in k})
+    x = torch.randint(0, 257, (1, 20))
+    with torch.no_grad():
+        some.transformer.h[2].attn.ssmax.scale.fill_(1 / math.log(20))
+        a, _ = some(x)
+        b, _ = plain(x)
+        some.transformer.h[2].attn.ssmax.scale.fill_(2 / math.log(20))
+        c, _ = some(x)
+    torch.testing.assert_close(a[:, -1], b[:, -1])
+    assert not torch.allclose(c[:, -1], b[:, -1])  # the last layer's SSMax does act
+
+
+@pytest.mark.parametrize("value, message", [
+    ([2], r"ssmax_layers must be a list of layer indices in \[-2, 2\)"),
+    ([True], "ssmax_layers must be a list"),
+    ("1", "ssmax_layers must be a list"),
+])
+def test_bad_ssmax_layers_name_the_fix(value, message):
+    with pytest.raises(ValueError, match=message):
+        GPTConfig(n_layer=2, ssmax=True, ssmax_layers=value)
+    with pytest.raises(ValueError, match="needs ssmax=True"):
+        GPTConfig(n_layer=2, ssmax=False, ssmax_layers=[1])
+
+
+def test_ssmax_layers_from_the_command_line():
+    assert train.get_config(["--ssmax_layers=[1]"], DEFAULTS)["ssmax_layers"] == [1]
+    assert train.get_config(["--ssmax_layers=None"], DEFAULTS)["ssmax_layers"] is None
+    with pytest.raises(InputError, match="ssmax_layers expects list"):
+        train.get_config(["--ssmax_layers=1"], DEFAULTS)
