@@ -1,7 +1,14 @@
 """
 The figures train.py draws while it trains: the loss curve (out_dir/loss.png) and the
-learned positional prior of every head (out_dir/priors.png).
+learned positional prior of every head (out_dir/priors.png); and one line per model against
+the context length (sweep.py's figures, and passkey runs side by side):
+
+    python plots.py --out far_end.png out-a/passkey.json out-b/passkey.json   # accuracy by length
 """
+import argparse
+import json
+import os
+
 import numpy as np
 
 from attention_bam import GGD_EPS
@@ -59,3 +66,58 @@ def plot_priors(prior_history, block_size, path):
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_lines(table, lengths, ylabel, path, logy=False):
+    """One line per variant: table[name][i] against lengths (multiples of block_size), log-x. Saves a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (name, values) in enumerate(table.items()):
+        pts = [(x, y) for x, y in zip(lengths, values) if y is not None]
+        if pts:  # 10 colours: the 11th variant on takes a square marker, so no two lines look alike
+            ax.plot(*zip(*pts), marker="o" if i < 10 else "s", label=name, ls="--" if "ssmax" in name else "-")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [f"{x}x" for x in lengths])
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("context length (multiple of the training length)")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def passkey_by_length(path):
+    """{length in multiples of block_size: accuracy or None} of a passkey.py results JSON, and its title's name."""
+    with open(path) as f:
+        res = json.load(f)
+    block = res["meta"]["block_size"]
+    by_length = {}
+    for r in res["results"]:
+        L = r["length"] // block if r["length"] % block == 0 else r["length"] / block
+        by_length.setdefault(L, []).append(r["correct"])
+    return {L: (sum(c) / len(c) if None not in c else None) for L, c in by_length.items()}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="passkey accuracy against length, one line per results JSON")
+    p.add_argument("results", nargs="+", help="passkey.py JSON files; a line's label is name=path, or the folder's name")
+    p.add_argument("--out", required=True, help="PNG to write")
+    args = p.parse_args(argv)
+    table, lengths = {}, set()
+    for item in args.results:
+        name, path = item.split("=", 1) if "=" in item else (os.path.basename(os.path.dirname(os.path.abspath(item))), item)
+        table[name] = passkey_by_length(path)
+        lengths |= set(table[name])
+    lengths = sorted(lengths)
+    plot_lines({n: [acc.get(L) for L in lengths] for n, acc in table.items()}, lengths, "passkey accuracy", args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    from configurator import run_script
+    run_script(main)

@@ -31,6 +31,7 @@ import train
 from data.shakespeare import load_text, prepare
 from eval_ppl import evaluate_ppl
 from model import load_checkpoint
+from plots import plot_lines
 from passkey import format_table, run_passkey, write_results
 
 VARIANTS = [("nope", False), ("nope", True), ("sinusoidal", False), ("learned", False), ("rope", False),
@@ -81,29 +82,6 @@ def shakespeare_dir(out, text_path=None):
         path = text_path or (SHAKESPEARE_LOCAL if os.path.isfile(SHAKESPEARE_LOCAL) else None)
         prepare(load_text(path, cache=os.path.join(out, "input.txt")), "byte", out)
     return out
-
-
-def plot_lines(table, lengths, ylabel, path, logy=False):
-    """One line per variant: table[name][i] against lengths (multiples of block_size), log-x. Saves a PNG."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, (name, values) in enumerate(table.items()):
-        pts = [(x, y) for x, y in zip(lengths, values) if y is not None]
-        if pts:  # 10 colours: the 11th variant on takes a square marker, so no two lines look alike
-            ax.plot(*zip(*pts), marker="o" if i < 10 else "s", label=name, ls="--" if "ssmax" in name else "-")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(lengths, [f"{x}x" for x in lengths])
-    if logy:
-        ax.set_yscale("log")
-    ax.set_xlabel("context length (multiple of the training length)")
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def fmt(x, kind):
