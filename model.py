@@ -470,15 +470,16 @@ class GPT(nn.Module):
 
     def prior_state(self):
         """Per-layer positional parameters, for logs and plots: a dict of lists (n_layer × n_head),
-        "shape" = β and "scale" = c of the BAM prior (pos='bam'), "ssmax" = s (ssmax=True); {} if none."""
+        "shape" = β and "scale" = c of the BAM prior (pos='bam'), "ssmax" = s (ssmax=True; None for a layer
+        that ssmax_layers leaves out); {} if none."""
         out = {}
         for block in self.transformer.h:
             attn = block.attn
             if isinstance(attn.pos_bias, GGDPrior):
                 out.setdefault("shape", []).append(attn.pos_bias.shape.tolist())
                 out.setdefault("scale", []).append(attn.pos_bias.log_scale.exp().tolist())
-            if attn.ssmax is not None:
-                out.setdefault("ssmax", []).append(attn.ssmax.scale.tolist())
+            if self.config.ssmax:  # None for a layer without it (ssmax_layers)
+                out.setdefault("ssmax", []).append(None if attn.ssmax is None else attn.ssmax.scale.tolist())
         return out
 
     @torch.no_grad()

@@ -116,7 +116,7 @@ def evaluate_variant(pos, ssmax, setting, args):
     for L in lengths:
         scored = [r["correct"] for r in results if r["length"] == L and r["correct"] is not None]
         accuracy.append(sum(scored) / len(scored) if scored else None)
-    prior = {k: [[round(x, 3) for x in row] for row in v] for k, v in model.prior_state().items()}
+    prior = {k: [row and [round(x, 3) for x in row] for row in v] for k, v in model.prior_state().items()}
     t_passkey = time.time() - t0
     # (2) perplexity: train on tiny Shakespeare, evaluate on its held-out 10%
     data_dir = shakespeare_dir(os.path.join(args.out_dir if args.quick else os.path.join(ROOT, "data"),
@@ -220,7 +220,7 @@ def write_docs(rows, setting, docs, args):
         for n, r in rows.items():
             for key, per_layer in r["prior"].items():
                 f.write(f"- {n}, {train.PRIOR_NAMES[key]}: " +
-                        "; ".join(f"layer {i}: {v}" for i, v in enumerate(per_layer)) + "\n")
+                        "; ".join(f"layer {i}: {v}" for i, v in enumerate(per_layer) if v is not None) + "\n")
         f.write("".join(f"\n![learned prior, {n}](priors-{n}.png)\n" for n in ("bam", "bam+ssmax")
                         if os.path.isfile(os.path.join(docs, f"priors-{n}.png"))))
         f.write("\n## Wall times (minutes on 2 CPU cores: passkey training, passkey evaluation, tiny Shakespeare)\n\n")

@@ -502,7 +502,8 @@ class Run:
                 self.prior_history.append([self.iter_num, prior])
                 for key, per_layer in prior.items():
                     self.log(f"  {PRIOR_NAMES[key]}: " + " | ".join(
-                        f"layer {i}: " + " ".join(f"{x:.3g}" for x in row) for i, row in enumerate(per_layer)))
+                        f"layer {i}: " + " ".join(f"{x:.3g}" for x in row) for i, row in enumerate(per_layer)
+                        if row is not None))
             if len(self.history) > 1:
                 plot_history(self.history, os.path.join(cfg["out_dir"], "loss.png"))
                 if "shape" in prior:
