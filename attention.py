@@ -187,7 +187,7 @@ def first_needed_key(qc, k_own, q_pos, f, b0, R, k_norm_max, bias_in_ssmax):
 
 def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bias_in_ssmax=True,
                         bias_toeplitz=False, score_fn=None, dropout_p=0.0, chunk_size=256, doc_start=None,
-                        skip_far=False):
+                        skip_far=False, ssmax_max_n=None):
     """Causal attention with a positional bias and/or SSMax, one chunk of queries at a time.
 
     q: (B, H, Tq, D) at absolute positions q_offset .. q_offset+Tq−1;
@@ -203,6 +203,7 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bia
     of row b sees the keys doc_start[b, i] <= j <= i only, and SSMax's n_i = i − doc_start[b, i] + 1;
     a bias that is not Toeplitz is called with doc_start= the chunk's (B, tq) (see the module
     docstring). Without it n_i = i + 1.
+    ssmax_max_n: SSMax counts at most this many keys, n_i = min(n_i, ssmax_max_n) (None: no cap).
     skip_far (a Toeplitz bias, no score_fn, no doc_start, no dropout): each chunk of queries leaves out the
     keys so far back that the bias makes their summed weight provably < e^−40 of each query's own key
     (first_needed_key): exact to float64 rounding, and linear in Tk for a local head (ALiBi, BAM with β > 0,
@@ -227,7 +228,7 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bia
         return torch.cat([reference_attention(
             q[:, h:h + 1], k[:, h:h + 1], v[:, h:h + 1], q_offset, lambda qp, kp, h=h: bias_fn(qp, kp)[h:h + 1],
             None if ssmax_scale is None else ssmax_scale[h:h + 1], bias_in_ssmax, True, chunk_size=chunk_size,
-            skip_far=True) for h in range(H)], dim=1)  # (B, H, Tq, D)
+            skip_far=True, ssmax_max_n=ssmax_max_n) for h in range(H)], dim=1)  # (B, H, Tq, D)
     if skip:  # once per call: the bias profile and the largest key norm
         b0, R = far_key_profile(bias_fn, Tk, q.device)
         k_norm_max = k.norm(dim=-1).amax(dim=(0, 2))  # (H,)
@@ -244,8 +245,9 @@ def reference_attention(q, k, v, q_offset=0, bias_fn=None, ssmax_scale=None, bia
             n_minus_1 = q_pos[None, :] - ds  # (B, tq)
         # SSMax factor f_i = s_h·log(n_i), and the causal mask: only the last tq keys can lie in a query's future
         f = None
-        if ssmax_scale is not None:
-            f = ssmax_factor(ssmax_scale, n_minus_1, q.dtype)  # (H, tq, 1), or (B, H, tq, 1) with documents
+        if ssmax_scale is not None:  # n_i = min(n_i, ssmax_max_n) when capped
+            n_counted = n_minus_1 if ssmax_max_n is None else n_minus_1.clamp(max=ssmax_max_n - 1)
+            f = ssmax_factor(ssmax_scale, n_counted, q.dtype)  # (H, tq, 1), or (B, H, tq, 1) with documents
         a = first_needed_key(qc, k[:, :, t0:tk], q_pos, f, b0, R, k_norm_max, bias_in_ssmax) if skip else 0
         k_pos = torch.arange(a, tk, device=q.device)  # (tk − a,): the keys this chunk attends to
         kc, vc = k[:, :, a:tk], v[:, :, a:tk]

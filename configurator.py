@@ -36,7 +36,7 @@ NONE_DEFAULT_TYPES = {"wandb_run_name": str, "vocab_size": int, "lr_decay_iters"
                       "phase_train_block_size": int, "phase_batch_size": int, "phase_lr": float, "ssmax_layers": list}
 # keys that take a number, a word or a list (e.g. --bam_shape_init=linear, =0.5 or =[0,0.5,1,1]);
 # model.GPTConfig checks their values
-MIXED_KEYS = ("bam_scale_init", "bam_shape_init")
+MIXED_KEYS = ("bam_scale_init", "bam_shape_init", "ssmax_max_n")
 
 
 def parse_value(key, text, default):

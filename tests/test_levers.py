@@ -321,3 +321,57 @@ def test_ssmax_layers_from_the_command_line():
     assert train.get_config(["--ssmax_layers=None"], DEFAULTS)["ssmax_layers"] is None
     with pytest.raises(InputError, match="ssmax_layers expects list"):
         train.get_config(["--ssmax_layers=1"], DEFAULTS)
+
+
+# ---------------------------------------------------------------- SSMax's n capped (issue 25)
+
+def test_ssmax_max_n_equals_a_naive_softmax():
+    """reference_attention with ssmax_max_n = N: z_ij = s·log(min(i + 1, N))·(q·k/√D + b_ij) (BAM), by a naive
+    loop."""
+    from attention import reference_attention
+    torch.manual_seed(0)
+    B, H, T, D, N = 1, 2, 40, 8, 11
+    q, k, v = (torch.randn(B, H, T, D, dtype=torch.float64) for _ in range(3))
+    prior = GGDPrior(H, shape_init=[0.5, 1.0], scale_init=0.3).double()
+    s = torch.tensor([0.4, 0.9], dtype=torch.float64)
+    got = reference_attention(q, k, v, bias_fn=prior, ssmax_scale=s, bias_in_ssmax=True, bias_toeplitz=True,
+                              chunk_size=16, ssmax_max_n=N)
+    want = torch.empty_like(got)
+    with torch.no_grad():
+        b = prior(torch.arange(T), torch.arange(T))  # (H, T, T): the prior itself is tested in test_model.py
+    for h in range(H):
+        for i in range(T):
+            f = s[h] * math.log(min(i + 1, N))
+            z = torch.tensor([f * (q[0, h, i] @ k[0, h, j] / math.sqrt(D) + b[h, i, j]) for j in range(i + 1)],
+                             dtype=torch.float64)
+            want[0, h, i] = torch.softmax(z, 0) @ v[0, h, :i + 1]
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_ssmax_max_n_changes_nothing_up_to_n():
+    """A model with ssmax_max_n = [N, None] is the same model on windows of at most N tokens (so a run trained on
+    them trains exactly as without the cap), and differs past N in the capped layer only."""
+    cfg = dict(n_layer=2, n_head=2, n_embd=16, block_size=64, vocab_size=257, pos="bam", ssmax=True)
+    torch.manual_seed(0)
+    plain = GPT(GPTConfig(**cfg))
+    capped = GPT(GPTConfig(**cfg, ssmax_max_n=[24, None]))
+    capped.load_state_dict(plain.state_dict())
+    assert [b.attn.ssmax_max_n for b in capped.transformer.h] == [24, None]
+    x = torch.randint(0, 257, (2, 60))
+    with torch.no_grad():
+        a, _ = plain(x, keep_last=None)
+        b, _ = capped(x, keep_last=None)
+    torch.testing.assert_close(a[:, :24], b[:, :24], rtol=0, atol=0)
+    assert not torch.allclose(a[:, 30:], b[:, 30:])
+
+
+@pytest.mark.parametrize("value, message", [
+    (0, "ssmax_max_n must be an int >= 1"), ([1280], "one entry per layer"), ("many", "ssmax_max_n must be"),
+    ([1280, 0], "ssmax_max_n must be")])
+def test_bad_ssmax_max_n_names_the_fix(value, message):
+    with pytest.raises(ValueError, match=message):
+        GPTConfig(n_layer=2, ssmax=True, ssmax_max_n=value)
+    with pytest.raises(ValueError, match="needs ssmax=True"):
+        GPTConfig(n_layer=2, ssmax=False, ssmax_max_n=1280)
+    with pytest.raises(ValueError, match="use attn_impl=torch"):
+        GPTConfig(n_layer=2, ssmax=True, ssmax_max_n=1280, attn_impl="triton")

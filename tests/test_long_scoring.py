@@ -83,8 +83,9 @@ VARIANTS = [(pos, ssmax) for pos in ["nope", "sinusoidal", "learned", "rope", "a
             for ssmax in (False, True)]
 
 
-@pytest.mark.parametrize("pos,ssmax", VARIANTS)
-def test_answer_logits_equal_full_forward_in_float64(pos, ssmax, monkeypatch):
+@pytest.mark.parametrize("pos,ssmax,extra", [(pos, ssmax, {}) for pos, ssmax in VARIANTS] + [
+    ("bam", True, dict(ssmax_max_n=[100, None])), ("alibi", True, dict(ssmax_layers=[1]))])
+def test_answer_logits_equal_full_forward_in_float64(pos, ssmax, extra, monkeypatch):
     """passkey.answer_logits (chunked prefill + KV cache, far keys skipped, the last layer at the answer
     positions only) equals one plain forward with gradients on (every key and query), in float64."""
     firsts = []  # the first key of each chunk that skip_far computed (BAM, ALiBi)
@@ -94,7 +95,7 @@ def test_answer_logits_equal_full_forward_in_float64(pos, ssmax, monkeypatch):
         return firsts[-1]
     monkeypatch.setattr(attention, "first_needed_key", recording)
     tok = get_tokenizer("byte")
-    model = make_tiny_gpt(pos, ssmax, block_size=512).double()
+    model = make_tiny_gpt(pos, ssmax, block_size=512, **extra).double()
     if pos == "bam":  # a local prior, so that keys are skipped at this length
         with torch.no_grad():
             for layer in model.transformer.h:
