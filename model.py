@@ -61,7 +61,8 @@ class GPTConfig:
     ssmax: bool = False         # scalable softmax (SPEC §2), with any pos
     ssmax_init: float = 1.0     # s_h at init: 1.0 in the BAM code, ~1/mean(ln n) in others (SPEC §2)
     ssmax_layers: object = None  # None: SSMax in every layer; a list of layer indices (negative from the end)
-    ssmax_max_n: object = None  # SSMax counts at most this many keys, n_i = min(i + 1, N): an int, or one per layer
+    ssmax_max_n: object = None  # SSMax counts at most N keys, n_i = min(i + 1, N): an int, or one per layer (the
+                                # last entry serves the layers past the list's end)
     rope_base: float = 10000.0
     bam_shape_init: object = 1.0        # β at init: a number (1 = ALiBi), "linear", one per head, or one entry per layer
     bam_scale_init: object = "alibi"    # c at init: "alibi" slopes or a number > 0
@@ -100,16 +101,14 @@ class GPTConfig:
                 raise ValueError(f"ssmax_layers must be a list of layer indices in [-{self.n_layer}, {self.n_layer}) "
                                  f"(n_layer = {self.n_layer}; -1 is the last layer), got {layers!r}")
         if self.ssmax_max_n is not None:
-            caps = self.ssmax_max_n
-            if not self.ssmax:
-                raise ValueError(f"ssmax_max_n={caps!r} needs ssmax=True")
+            caps = self.ssmax_max_n  # no effect without SSMax (the CPU demo's config sets it for every pos)
             positive = lambda n: isinstance(n, int) and not isinstance(n, bool) and n >= 1
-            if not (positive(caps) or isinstance(caps, (list, tuple)) and len(caps) == self.n_layer and all(
+            if not (positive(caps) or isinstance(caps, (list, tuple)) and len(caps) >= 1 and all(
                     n is None or positive(n) for n in caps)):
-                raise ValueError(f"ssmax_max_n must be an int >= 1 or one entry per layer ({self.n_layer}: an int "
-                                 f">= 1 or None), e.g. [1280, None], got {caps!r}")
-            if self.attn_impl == "triton":
-                raise ValueError("ssmax_max_n is not in kernels.py's SSMax: use attn_impl=torch")
+                raise ValueError(f"ssmax_max_n must be an int >= 1 or one entry per layer (an int >= 1 or None; "
+                                 f"layers past the list's end take its last entry), e.g. [1280, None], got {caps!r}")
+            if self.attn_impl == "triton" and self.ssmax:
+                raise ValueError("ssmax_max_n is not in kernels.py's SSMax: use attn_impl=torch, or ssmax_max_n=None")
         if self.pos == "rope" and (self.n_embd // self.n_head) % 2 != 0:
             raise ValueError("rope needs an even head dim n_embd // n_head")
         if self.pos == "tapa":
@@ -255,7 +254,7 @@ class CausalSelfAttention(nn.Module):
         self.rotate, self.pos_bias, self.score = attention_parts(config, layer, shared_prior)
         self.ssmax = SSMax(config.n_head, config.ssmax_init) if has_ssmax(config, layer) else None
         caps = config.ssmax_max_n
-        self.ssmax_max_n = caps[layer] if isinstance(caps, (list, tuple)) else caps  # None: n = i + 1, no cap
+        self.ssmax_max_n = caps[min(layer, len(caps) - 1)] if isinstance(caps, (list, tuple)) else caps  # None: no cap
         # checkpoints written before the bias slot was named pos_bias hold the GGD prior under "prior."
         self.register_load_state_dict_pre_hook(rename_prior_keys)
 

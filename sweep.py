@@ -40,7 +40,8 @@ VARIANTS = [("nope", False), ("nope", True), ("sinusoidal", False), ("learned", 
 # The committed sweep (docs/results.md) ran on the CPU demo before its current recipe (lr 5e-4, layer 1's shapes up
 # to 2/3, a last phase on longer prompts): these settings keep it reproducible. The current recipe against the main
 # baselines: docs/results.md, "The demo's recipe against the baselines".
-SWEEP_SETTINGS = ["--learning_rate=1e-3", "--bam_shape_init=[1,[0,0.3333333333333333,0.5,1]]", "--phase_from=None"]
+SWEEP_SETTINGS = ["--learning_rate=1e-3", "--bam_shape_init=[1,[0,0.3333333333333333,0.5,1]]", "--phase_from=None",
+                  "--ssmax_max_n=None"]
 # per-variant settings: TAPA trains at 1/5 of the learning rate (the TAPA paper's ratio to its RoPE baseline)
 LR_FACTOR = {"tapa": 0.2}
 ROOT = os.path.dirname(os.path.abspath(__file__))

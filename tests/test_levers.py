@@ -357,6 +357,8 @@ def test_ssmax_max_n_changes_nothing_up_to_n():
     capped = GPT(GPTConfig(**cfg, ssmax_max_n=[24, None]))
     capped.load_state_dict(plain.state_dict())
     assert [b.attn.ssmax_max_n for b in capped.transformer.h] == [24, None]
+    assert [b.attn.ssmax_max_n for b in GPT(GPTConfig(**dict(cfg, n_layer=3), ssmax_max_n=[24, None])).transformer.h] \
+        == [24, None, None]  # the last entry serves the layers past the list's end
     x = torch.randint(0, 257, (2, 60))
     with torch.no_grad():
         a, _ = plain(x, keep_last=None)
@@ -366,12 +368,11 @@ def test_ssmax_max_n_changes_nothing_up_to_n():
 
 
 @pytest.mark.parametrize("value, message", [
-    (0, "ssmax_max_n must be an int >= 1"), ([1280], "one entry per layer"), ("many", "ssmax_max_n must be"),
+    (0, "ssmax_max_n must be an int >= 1"), ([], "one entry per layer"), ("many", "ssmax_max_n must be"),
     ([1280, 0], "ssmax_max_n must be")])
 def test_bad_ssmax_max_n_names_the_fix(value, message):
     with pytest.raises(ValueError, match=message):
         GPTConfig(n_layer=2, ssmax=True, ssmax_max_n=value)
-    with pytest.raises(ValueError, match="needs ssmax=True"):
-        GPTConfig(n_layer=2, ssmax=False, ssmax_max_n=1280)
+    GPTConfig(n_layer=2, ssmax=False, ssmax_max_n=1280)  # no effect without SSMax: the demo's config sets it
     with pytest.raises(ValueError, match="use attn_impl=torch"):
         GPTConfig(n_layer=2, ssmax=True, ssmax_max_n=1280, attn_impl="triton")

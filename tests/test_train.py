@@ -61,9 +61,10 @@ def test_every_model_field_can_be_set_from_the_command_line():
     from dataclasses import fields
     from model import GPTConfig
     change = {bool: lambda d: not d, int: lambda d: d + 3, float: lambda d: d + 0.25, str: lambda d: d + "x"}
+    unset = {"ssmax_layers": [1], "ssmax_max_n": [100, None]}  # a None default: a value of the key's own kind
     for f in fields(GPTConfig):
         assert f.name in train.CONFIG_KEYS
-        value = change[type(f.default)](f.default)
+        value = unset[f.name] if f.default is None else change[type(f.default)](f.default)
         cfg = train.get_config([f"--{f.name}={value}"], DEFAULTS)
         args = train.model_args_of(cfg, {"vocab_size": 257})
         assert args[f.name] == value != f.default, f.name
