@@ -512,3 +512,34 @@ def test_evaluation_output_refused_by_the_os_is_one_line_and_leaves_no_partial_f
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith(f"{script}: could not write") and "r.json" in last and "free some space" in last, last
     assert list(res.iterdir()) == []
+
+
+def test_passkey_killed_then_the_same_command_goes_on_and_ends_as_an_uninterrupted_run(tmp_path):
+    """Real processes: passkey.py killed (kill -9) after its first batches; the same command again scores only
+    the prompts left and writes the results of an uninterrupted run."""
+    model = make_tiny_gpt(block_size=256)
+    torch.save({"model": model.state_dict(), "model_args": asdict(model.config), "config": {}, "tokenizer": "byte"},
+               tmp_path / "ckpt.pt")
+    args = [sys.executable, "passkey.py", f"--ckpt={tmp_path / 'ckpt.pt'}", "--lengths=300,400,500", "--depths=5",
+            "--samples=12", "--batch_size=1", "--device=cpu"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run(args + [f"--out={tmp_path / 'whole.json'}"], cwd=ROOT, env=env, check=True, capture_output=True,
+                   timeout=300)
+    out = tmp_path / "cut.json"
+    job = subprocess.Popen(args + [f"--out={out}"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(3000):  # until a few batches are written (at most 300 s)
+            if out.exists() and len(json.loads(out.read_text())["results"]) >= 5:
+                break
+            assert job.poll() is None, "passkey.py ended before it could be killed"
+            time.sleep(0.1)
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+    cut = json.loads(out.read_text())
+    assert cut["meta"]["finished"] is False and 5 <= len(cut["results"]) < 180
+    r = subprocess.run(args + [f"--out={out}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and f"after the {len(cut['results'])} prompts it scored" in r.stdout, r.stderr
+    whole, again = json.loads((tmp_path / "whole.json").read_text()), json.loads(out.read_text())
+    assert again["meta"]["finished"] is True and again["results"] == whole["results"]
