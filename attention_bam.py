@@ -58,6 +58,29 @@ def per_head_shape_init(shape_init, n_head):
     return beta
 
 
+def is_per_layer(shape_init):
+    """True if bam_shape_init gives one entry per layer: a list holding a list or a word, e.g. [1, "linear"]
+    or [[1, 1, 1, 1], [0, 1, 1, 1]]. A list of numbers alone is one value per head."""
+    return isinstance(shape_init, (list, tuple)) and any(isinstance(x, (list, tuple, str)) for x in shape_init)
+
+
+def layer_shape_init(shape_init, layer):
+    """The bam_shape_init of one layer. A per-layer list gives entry `layer` (a number, "linear" or one value
+    per head); layers past its end take its last entry. Any other value serves every layer."""
+    return shape_init[min(layer, len(shape_init) - 1)] if is_per_layer(shape_init) else shape_init
+
+
+def check_bam_settings(config):
+    """BAM's keys of a model.GPTConfig: bam_shape_init (per layer or not, n_head values), bam_scale_init, and
+    bam_global_prior (one prior for every layer, so one shape_init). Raises ValueError naming the fix."""
+    per_layer = is_per_layer(config.bam_shape_init)
+    if per_layer and config.bam_global_prior:
+        raise ValueError(f"bam_shape_init gives one entry per layer ({config.bam_shape_init!r}) but "
+                         f"bam_global_prior=True shares one prior: give one value for all layers")
+    for layer in range(config.n_layer if per_layer else 1):  # each raises ValueError if malformed
+        GGDPrior(config.n_head, layer_shape_init(config.bam_shape_init, layer), config.bam_scale_init)
+
+
 class GGDPrior(nn.Module):
     """Learnable GGD-BAM prior of one layer (or of all layers when shared), SPEC §1.
 

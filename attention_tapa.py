@@ -29,6 +29,17 @@ def tapa_split(head_dim, theta):
     return d_amp
 
 
+def check_tapa_settings(config):
+    """TAPA's keys of a model.GPTConfig: tapa_phase, tapa_theta (both parts of the head get dims) and
+    tapa_alpha >= 0. Raises ValueError naming the fix."""
+    if config.tapa_phase not in TAPA_PHASES:
+        raise ValueError(f"unknown tapa_phase {config.tapa_phase!r}; valid: {', '.join(TAPA_PHASES)}")
+    tapa_split(config.n_embd // config.n_head, config.tapa_theta)
+    if not config.tapa_alpha >= 0:
+        raise ValueError(f"tapa_alpha must be >= 0 (|i − j|^alpha is infinite at i = j otherwise), "
+                         f"got {config.tapa_alpha}")
+
+
 def tapa_scores(q, k, q_pos, k_pos, theta=0.5, alpha=0.1, phase="quadratic"):
     """Pre-softmax TAPA scores, SPEC §3 (Eq. 12), for every (i, j): no causal mask here.
 

@@ -13,7 +13,8 @@ config.pos selects the positional variant (SPEC §1, §3, §4, §8):
     fire        FIRE: a learned MLP of the normalised distance added to the logits
 config.ssmax adds scalable softmax (SPEC §2) to any of them.
 
-The switch point is position_embedding and attention_parts below: a variant declares what
+The switch point is check_variant_settings, position_embedding, attention_parts and shared_prior
+below, the only place that names a variant: a variant's own file checks its keys and declares what
 it adds to the token embeddings, how it transforms q and k, and the bias or score it puts
 on the logits. Everything else (the choice of SDPA, weight decay, the longest input) follows
 from those declarations. A new variant is one file plus one branch there (and its name in
@@ -39,9 +40,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attention import ALiBi, SSMax, document_starts, reference_attention
-from attention_bam import GGDPrior, per_head_shape_init
+from attention_bam import GGDPrior, check_bam_settings, layer_shape_init
 from attention_fire import FIREBias
-from attention_tapa import TAPA_PHASES, tapa_scores, tapa_split
+from attention_tapa import check_tapa_settings, tapa_scores
 from configurator import InputError  # a ValueError: one line in the scripts
 
 POS_VARIANTS = ("nope", "sinusoidal", "learned", "rope", "alibi", "bam", "tapa", "fire")
@@ -81,17 +82,8 @@ class GPTConfig:
             raise ValueError(f"unknown pos {self.pos!r}; valid: {', '.join(POS_VARIANTS)}")
         if self.attn_impl not in ATTN_IMPLS:
             raise ValueError(f"unknown attn_impl {self.attn_impl!r}; valid: {', '.join(ATTN_IMPLS)}")
-        if self.tapa_phase not in TAPA_PHASES:
-            raise ValueError(f"unknown tapa_phase {self.tapa_phase!r}; valid: {', '.join(TAPA_PHASES)}")
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
-        if self.pos == "bam":
-            per_layer = is_per_layer(self.bam_shape_init)
-            if per_layer and self.bam_global_prior:
-                raise ValueError(f"bam_shape_init gives one entry per layer ({self.bam_shape_init!r}) but "
-                                 f"bam_global_prior=True shares one prior: give one value for all layers")
-            for layer in range(self.n_layer if per_layer else 1):  # each raises ValueError if malformed
-                per_head_shape_init(layer_shape_init(self.bam_shape_init, layer), self.n_head)
         if self.ssmax_layers is not None:
             layers = self.ssmax_layers
             if not self.ssmax:
@@ -109,31 +101,13 @@ class GPTConfig:
                                  f"layers past the list's end take its last entry), e.g. [1280, None], got {caps!r}")
             if self.attn_impl == "triton" and self.ssmax:
                 raise ValueError("ssmax_max_n is not in kernels.py's SSMax: use attn_impl=torch, or ssmax_max_n=None")
-        if self.pos == "rope" and (self.n_embd // self.n_head) % 2 != 0:
-            raise ValueError("rope needs an even head dim n_embd // n_head")
-        if self.pos == "tapa":
-            tapa_split(self.n_embd // self.n_head, self.tapa_theta)
-            if not self.tapa_alpha >= 0:
-                raise ValueError(f"tapa_alpha must be >= 0 (|i − j|^alpha is infinite at i = j otherwise), "
-                                 f"got {self.tapa_alpha}")
+        check_variant_settings(self)  # the variant's own keys (the switch point, below)
 
 
 def has_ssmax(config, layer):
     """True if layer `layer` uses SSMax: config.ssmax, in every layer or in those of config.ssmax_layers."""
     layers = config.ssmax_layers
     return config.ssmax and (layers is None or layer in [i % config.n_layer for i in layers])
-
-
-def is_per_layer(shape_init):
-    """True if bam_shape_init gives one entry per layer: a list holding a list or a word, e.g. [1, "linear"]
-    or [[1, 1, 1, 1], [0, 1, 1, 1]]. A list of numbers alone is one value per head."""
-    return isinstance(shape_init, (list, tuple)) and any(isinstance(x, (list, tuple, str)) for x in shape_init)
-
-
-def layer_shape_init(shape_init, layer):
-    """The bam_shape_init of one layer. A per-layer list gives entry `layer` (a number, "linear" or one value
-    per head); layers past its end take its last entry. Any other value serves every layer."""
-    return shape_init[min(layer, len(shape_init) - 1)] if is_per_layer(shape_init) else shape_init
 
 
 def rename_prior_keys(module, state_dict, prefix, *args):
@@ -178,6 +152,13 @@ def apply_rope(x, pos, base):
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
 
 
+def check_rope_settings(config):
+    """RoPE rotates pairs of dims: the head dim n_embd // n_head must be even. Raises ValueError."""
+    if (config.n_embd // config.n_head) % 2 != 0:
+        raise ValueError(f"rope needs an even head dim n_embd // n_head, got {config.n_embd} // {config.n_head}: "
+                         f"change n_embd or n_head")
+
+
 class SinusoidalEmbedding(nn.Module):
     """The fixed sinusoid of sinusoidal_embedding at the token embeddings' scale: pos (T,) -> (T, dim), or
     (B, T) -> (B, T, dim). No parameters."""
@@ -191,6 +172,20 @@ class SinusoidalEmbedding(nn.Module):
 
 
 # ---------------------------------------------------------------- the switch point: what each variant contributes
+
+def check_variant_settings(config):
+    """The keys of config.pos, checked by the variant's own code, and whether kernels.py has it
+    (attn_impl='triton'). Raises ValueError naming the fix."""
+    if config.pos == "rope":
+        check_rope_settings(config)
+    if config.pos == "bam":
+        check_bam_settings(config)
+    if config.pos == "tapa":
+        check_tapa_settings(config)
+    if config.attn_impl == "triton" and config.pos not in ("bam", "tapa"):
+        raise ValueError(f"attn_impl='triton' has kernels for pos='bam' and 'tapa' only, not {config.pos!r}: "
+                         f"use attn_impl='torch'")
+
 
 def position_embedding(config):
     """What config.pos adds to the token embeddings: a module pos (T,) -> (T, C), or None.
@@ -231,6 +226,14 @@ def attention_parts(config, layer, shared_prior=None):
         return None, None, functools.partial(tapa_scores, theta=config.tapa_theta, alpha=config.tapa_alpha,
                                              phase=config.tapa_phase)
     return None, None, None
+
+
+def shared_prior(config):
+    """The one GGD prior every layer shares (pos='bam' with bam_global_prior=True, the authors' code), passed to
+    attention_parts; None when each layer has its own."""
+    if config.pos == "bam" and config.bam_global_prior:
+        return GGDPrior(config.n_head, config.bam_shape_init, config.bam_scale_init)
+    return None
 
 
 class CausalSelfAttention(nn.Module):
@@ -355,11 +358,7 @@ class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        if config.attn_impl == "triton" and config.pos not in ("bam", "tapa"):
-            raise ValueError(f"attn_impl='triton' has kernels for pos='bam' and 'tapa' only, not {config.pos!r}")
-        shared = None  # BAM: one prior per layer (attention_parts), or this one shared by all (bam_global_prior)
-        if config.pos == "bam" and config.bam_global_prior:
-            shared = GGDPrior(config.n_head, config.bam_shape_init, config.bam_scale_init)
+        shared = shared_prior(config)
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             drop=nn.Dropout(config.dropout),
