@@ -21,6 +21,7 @@ passkey-2.json, ...) unless --overwrite.
 """
 import argparse
 import csv
+import itertools
 import os
 import random
 import time
@@ -30,7 +31,7 @@ import torch
 from tqdm import tqdm
 
 from checkpoint import checkpoint_digest
-from configurator import output_path, positive_int, resume_or_new, run_script, write_atomic, write_json
+from configurator import InputError, output_path, positive_int, resume_or_new, run_script, write_atomic, write_json
 from data.passkey import KEY_SENTENCE, passkey_depths, passkey_min_length, passkey_prompt, random_key
 from data.tokenizer import get_tokenizer
 from model import load_checkpoint
@@ -134,6 +135,60 @@ def score_generate(model, prompt_ids, answer_ids, chunk=4096, device="cpu", prog
 BATCH_TOKENS = 2 ** 17
 
 
+def run_jobs(model, jobs, scored, make, mode="teacher_forced", chunk=4096, device="cpu", progress=True, ctx=None,
+             batch_size=5, save=None, desc="passkey"):
+    """The scoring loop of run_passkey and niah.run_niah: score the prompts of `jobs` not yet in `scored`.
+
+    jobs: [(length, job id)] in the order of an uninterrupted run (job ids hashable); consecutive jobs of one length
+    are scored together, teacher-forced batch_size at a time and at most BATCH_TOKENS tokens in all (greedy
+    generation, one at a time, len(answer) tokens). make(job id) -> (prompt ids, answer ids, result), where
+    result(predicted ids, or None when the prompt is past model.max_length: n/a) is the job's result dict, with
+    "length" and "correct" (a score in [0, 1], None for n/a). scored: {job id: result}, an earlier unfinished run's
+    results (filled in place). save(results so far, in run order) after every batch. Returns the results in run
+    order. progress: a bar over all prompts (in tokens) and, for a long prompt, one over its prefill. Puts model in
+    eval mode. Raises InputError (a ValueError) for an unknown mode.
+    """
+    if mode not in ("teacher_forced", "generate"):
+        raise InputError(f"unknown mode {mode!r}; valid: teacher_forced, generate")
+    model.eval()
+    order = [job for _, job in jobs]
+    results = lambda: [scored[job] for job in order if job in scored]  # in the order of an uninterrupted run
+    bar = tqdm(total=sum(L for L, _ in jobs), initial=sum(L for L, job in jobs if job in scored), desc=desc,
+               unit="tok", unit_scale=True, disable=not progress)
+    for L, group in itertools.groupby(jobs, key=lambda lj: lj[0]):
+        group = [job for _, job in group]
+        todo = [(job,) + tuple(make(job)) for job in group if job not in scored]  # (job, prompt, answer, result)
+        n = 1 if mode == "generate" else max(1, min(batch_size, BATCH_TOKENS // L))
+        for b0 in range(0, len(todo), n):
+            batch = todo[b0:b0 + n]
+            preds = [None] * len(batch)  # n/a: pos='learned' past block_size
+            longest = max(len(j[1]) + len(j[2]) for j in batch) - 1  # tokens fed: prompt + answer[:-1]
+            long_prompt = progress and longest > 8 * chunk  # a bar of its own
+            if longest <= model.max_length:
+                with ctx or nullcontext():
+                    if mode == "teacher_forced":
+                        preds = [pred for _, pred in score_teacher_forced(
+                            model, [j[1] for j in batch], [j[2] for j in batch], chunk, device, long_prompt)]
+                    else:
+                        preds = [score_generate(model, batch[0][1], batch[0][2], chunk, device, long_prompt)[1]]
+            for (job, _, _, result), pred in zip(batch, preds):
+                scored[job] = result(pred)
+            if save is not None:
+                save(results())
+            hits = [scored[job]["correct"] for job in group if job in scored and scored[job]["correct"] is not None]
+            bar.set_postfix(length=L, acc=f"{sum(hits):g}/{len(hits)}")
+            bar.update(L * len(batch))
+    bar.close()
+    return results()
+
+
+def tokenizer_and_depths(tokenizer, depths):
+    """(tokenizer, depths list) of an evaluation's arguments: a data.tokenizer object or its name; a number of
+    equidistant depths (passkey_depths) or a list of depths in [0, 1]."""
+    tokenizer = get_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
+    return tokenizer, passkey_depths(depths) if isinstance(depths, int) else list(depths)
+
+
 def run_passkey(model, tokenizer, lengths, depths=5, samples=2, seed=0, mode="teacher_forced",
                 chunk=4096, device="cpu", n_digits=5, progress=True, ctx=None, batch_size=5, done=(), save=None):
     """Passkey accuracy of `model` at each length × depth × sample (SPEC §5).
@@ -144,7 +199,7 @@ def run_passkey(model, tokenizer, lengths, depths=5, samples=2, seed=0, mode="te
     comes from a Random seeded by (seed, length, depth index, sample), so runs with the
     same seed see the same prompts, whichever other lengths they include. Teacher-forced
     scoring runs the prompts of one length together, batch_size at a time and at most BATCH_TOKENS
-    tokens in all (greedy generation, one at a time). Returns a list of dicts (length, n_tokens, depth,
+    tokens in all (greedy generation, one at a time): run_jobs. Returns a list of dicts (length, n_tokens, depth,
     sample, key, answer, predicted, correct), in that order; correct is None (n/a) for pos='learned'
     past block_size.
     done: results of an unfinished run with the same settings: those prompts are not scored again (the
@@ -154,52 +209,23 @@ def run_passkey(model, tokenizer, lengths, depths=5, samples=2, seed=0, mode="te
     Raises ValueError for a length below the template's minimum (the message states
     the minimum) or an unknown mode.
     """
-    tokenizer = get_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
-    if mode not in ("teacher_forced", "generate"):
-        raise ValueError(f"unknown mode {mode!r}; valid: teacher_forced, generate")
+    tokenizer, depths = tokenizer_and_depths(tokenizer, depths)
     min_len = passkey_min_length(tokenizer, n_digits)
     if min(lengths) < min_len:
         raise ValueError(f"passkey length {min(lengths)} is below the minimum {min_len} tokens of the prompt "
                          f"template ({tokenizer.name} tokenizer, {n_digits}-digit key); use --lengths >= {min_len}")
-    depths = passkey_depths(depths) if isinstance(depths, int) else list(depths)
-    model.eval()
-    scored = {(r["length"], r["depth"], r["sample"]): r for r in done}  # what an earlier run already has
-    order = [(L, depths[d], s) for L in lengths for d in range(len(depths)) for s in range(samples)]
-    results = lambda: [scored[job] for job in order if job in scored]  # in the order of an uninterrupted run
-    bar = tqdm(total=sum(lengths) * len(depths) * samples, initial=sum(job[0] for job in order if job in scored),
-               desc="passkey", unit="tok", unit_scale=True, disable=not progress)
-    for L in lengths:
-        jobs = []  # (depth index, sample, key, prompt, answer) of this length, not scored yet
-        for d in range(len(depths)):
-            for s in range(samples):
-                if (L, depths[d], s) not in scored:
-                    key = random_key(random.Random(f"{seed}:{L}:{d}:{s}"), n_digits)
-                    jobs.append((d, s, key) + passkey_prompt(tokenizer, L, depths[d], key))
-        n = 1 if mode == "generate" else max(1, min(batch_size, BATCH_TOKENS // L))
-        for b0 in range(0, len(jobs), n):
-            batch = jobs[b0:b0 + n]
-            out = [(None, None)] * len(batch)  # n/a: pos='learned' past block_size
-            longest = max(len(j[3]) + len(j[4]) for j in batch) - 1  # tokens fed: prompt + answer[:-1]
-            long_prompt = progress and longest > 8 * chunk  # a bar of its own
-            if longest <= model.max_length:
-                with ctx or nullcontext():
-                    if mode == "teacher_forced":
-                        out = score_teacher_forced(model, [j[3] for j in batch], [j[4] for j in batch], chunk, device,
-                                                   long_prompt)
-                    else:
-                        out = [score_generate(model, batch[0][3], batch[0][4], chunk, device, long_prompt)]
-            for (d, s, key, prompt, answer), (correct, pred) in zip(batch, out):
-                scored[(L, depths[d], s)] = dict(
-                    length=L, n_tokens=len(prompt) + len(answer), depth=depths[d], sample=s, key=key,
-                    answer=tokenizer.decode(answer), predicted=None if pred is None else tokenizer.decode(pred),
-                    correct=correct)
-            if save is not None:
-                save(results())
-            hits = [r["correct"] for r in scored.values() if r["length"] == L and r["correct"] is not None]
-            bar.set_postfix(length=L, acc=f"{sum(hits)}/{len(hits)}")
-            bar.update(L * len(batch))
-    bar.close()
-    return results()
+
+    def make(job):
+        L, d, s = job
+        key = random_key(random.Random(f"{seed}:{L}:{d}:{s}"), n_digits)
+        prompt, answer = passkey_prompt(tokenizer, L, depths[d], key)
+        return prompt, answer, lambda pred: dict(
+            length=L, n_tokens=len(prompt) + len(answer), depth=depths[d], sample=s, key=key,
+            answer=tokenizer.decode(answer), predicted=None if pred is None else tokenizer.decode(pred),
+            correct=None if pred is None else pred == answer)
+    jobs = [(L, (L, d, s)) for L in lengths for d in range(len(depths)) for s in range(samples)]
+    scored = {(r["length"], depths.index(r["depth"]), r["sample"]): r for r in done}  # what an earlier run has
+    return run_jobs(model, jobs, scored, make, mode, chunk, device, progress, ctx, batch_size, save)
 
 
 def key_positions(tokenizer, prompt, key):
@@ -311,10 +337,12 @@ def format_table(results, block_size=None):
     return "\n".join(lines)
 
 
-def plot_heatmap(results, path, title=None, block_size=None):
+def plot_heatmap(results, path, title=None, block_size=None, ax=None, label="accuracy"):
     """Save a length × depth accuracy heatmap (the papers' figure) as a PNG at `path`; n/a cells grey.
 
-    With block_size, the length labels also show the multiple of it ("4096\n8x").
+    With block_size, the length labels also show the multiple of it ("4096\n8x"). ax: draw into this
+    matplotlib Axes instead (one panel of a larger figure, niah.py's); path is then unused. label: what
+    the cells show (the colour bar's label).
     """
     import matplotlib
     matplotlib.use("Agg")
@@ -323,7 +351,9 @@ def plot_heatmap(results, path, title=None, block_size=None):
     by_ld, _ = accuracy_table(results)
     lengths, depths = list(by_ld), sorted({r["depth"] for r in results})
     grid = np.array([[np.nan if by_ld[L][d] is None else 100 * by_ld[L][d] for L in lengths] for d in depths])
-    fig, ax = plt.subplots(figsize=(max(5.5, 1.5 + 0.8 * len(lengths)), 1.5 + 0.45 * len(depths)))
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(max(5.5, 1.5 + 0.8 * len(lengths)), 1.5 + 0.45 * len(depths)))
     cmap = plt.get_cmap("RdYlGn").with_extremes(bad="lightgrey")
     im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=100, aspect="auto")
     for (r, c), a in np.ndenumerate(grid):
@@ -333,16 +363,18 @@ def plot_heatmap(results, path, title=None, block_size=None):
     ax.set_xlabel("prompt length (tokens)")
     ax.set_ylabel("key depth")
     ax.set_title(title or "passkey accuracy (%)", fontsize=10)
-    fig.colorbar(im, ax=ax, label="accuracy (%)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ax.figure.colorbar(im, ax=ax, label=f"{label} (%)")
+    if fig is not None:
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
 
 
-def write_results(results, path, meta=None, finished=True):
+def write_results(results, path, meta=None, finished=True, plot=None):
     """Write results to `path` (JSON: {"meta": meta + {"finished": finished}, "results": [...]}), and, when
-    finished, a CSV and a heatmap PNG beside it. Each file is written whole or not at all
-    (configurator.write_atomic); the JSON comes last, so one marked finished has its CSV and PNG.
+    finished, a CSV and a heatmap PNG beside it (drawn by plot(results, png path, meta); default plot_heatmap).
+    Each file is written whole or not at all (configurator.write_atomic); the JSON comes last, so one marked
+    finished has its CSV and PNG.
     Returns the paths written. Raises NanoPEError (one line) if a file cannot be written (a full disk).
     """
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -355,82 +387,102 @@ def write_results(results, path, meta=None, finished=True):
                 w.writerows(results)
         write_atomic(stem + ".csv", write_csv)
         meta = meta or {}
-        write_atomic(stem + ".png", lambda tmp: plot_heatmap(results, tmp, meta.get("title"), meta.get("block_size")))
+        plot = plot or (lambda rs, tmp, m: plot_heatmap(rs, tmp, m.get("title"), m.get("block_size")))
+        write_atomic(stem + ".png", lambda tmp: plot(results, tmp, meta))
         paths = [stem + ".csv", stem + ".png"]
 
     write_json(path, {"meta": dict(meta or {}, finished=finished), "results": results})
     return [path] + paths
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def eval_parser(doc, what, default_mode):
+    """The command-line options passkey.py and niah.py share; what: the results' name ("passkey", "niah")."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", help="checkpoint path (default <out_dir>/ckpt.pt)")
     p.add_argument("--out_dir", default="out", help="training output folder holding ckpt.pt")
     p.add_argument("--lengths", default="1x,2x,4x,8x,16x,32x,64x", help="multiples of block_size (Nx) or token counts")
     p.add_argument("--depths", type=positive_int, default=5, help="number of equidistant key depths in [0, 1]")
     p.add_argument("--samples", type=positive_int, default=2, help="prompts (keys) per length and depth")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--n_digits", type=positive_int, default=5)
-    p.add_argument("--mode", choices=["teacher_forced", "generate"], default="teacher_forced")
+    p.add_argument("--mode", choices=["teacher_forced", "generate"], default=default_mode)
     p.add_argument("--chunk", type=positive_int, default=4096, help="prefill chunk size (tokens)")
     p.add_argument("--batch_size", type=positive_int, default=5,
                    help="prompts of one length scored together (teacher-forced); memory grows with it (KV cache)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="autocast dtype on cuda (cpu runs float32)")
-    p.add_argument("--out", help="results JSON (default <ckpt dir>/passkey.json); CSV and PNG beside it. An earlier "
-                   "result there is kept: this one goes to passkey-2.json, -3, ... (--overwrite replaces it). The "
+    p.add_argument("--out", help=f"results JSON (default <ckpt dir>/{what}.json); CSV and PNG beside it. An earlier "
+                   f"result there is kept: this one goes to {what}-2.json, -3, ... (--overwrite replaces it). The "
                    "JSON is written after every batch: the same command again goes on where a run was cut short")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier result at --out")
+    return p
+
+
+def load_eval(p, args, what):
+    """What an evaluation of eval_parser's args works on. A bad --out, --lengths or --depths is a usage error of
+    `p` (one line), a missing or broken checkpoint a one-line NanoPEError (model.load_checkpoint). Returns a
+    Namespace: ckpt_path, requested (the results JSON asked for), model, ckpt, tokenizer, block_size, lengths,
+    depths, ctx (autocast or None), name ("bam+ssmax"), t0 (the start time)."""
+    ckpt_path = args.ckpt or os.path.join(args.out_dir, "ckpt.pt")
+    requested = args.out or os.path.join(os.path.dirname(ckpt_path), f"{what}.json")
+    output_path(requested)  # a bad --out is refused now, not after the evaluation
+    model, ckpt = load_checkpoint(ckpt_path, args.device)
+    use_amp = "cuda" in args.device and args.dtype != "float32"
+    ev = argparse.Namespace(ckpt_path=ckpt_path, requested=requested, model=model, ckpt=ckpt, t0=time.time(),
+                            tokenizer=get_tokenizer(ckpt.get("tokenizer", "byte")), block_size=model.config.block_size,
+                            ctx=torch.autocast("cuda", dtype=getattr(torch, args.dtype)) if use_amp else None,
+                            name=f"{model.config.pos}{'+ssmax' if model.config.ssmax else ''}")
+    try:
+        ev.lengths, ev.depths = parse_lengths(args.lengths, ev.block_size), passkey_depths(args.depths)
+    except ValueError as e:
+        p.error(str(e))
+    return ev
+
+
+def resume(ev, settings, overwrite):
+    """(path, results done): where the results JSON goes and what it goes on from (configurator.resume_or_new,
+    settings: what makes two runs' results the same), with a line saying which it chose."""
+    out, done = resume_or_new(ev.requested, settings, overwrite, (".csv", ".png"))
+    if done:
+        print(f"{out}: an unfinished run of these settings, going on after the {len(done)} prompts it scored")
+    elif out != ev.requested:
+        print(f"{ev.requested} holds an earlier result: writing {out} (--overwrite replaces it)")
+    return out, done
+
+
+def main(argv=None):
+    p = eval_parser(__doc__, "passkey", "teacher_forced")
+    p.add_argument("--n_digits", type=positive_int, default=5)
     p.add_argument("--attention", action="store_true",
                    help="diagnostic instead of accuracy: attention mass of every head on the key, one prompt per "
                         "length and depth (table, and <ckpt dir>/key_attention.png)")
     args = p.parse_args(argv)
-
-    ckpt_path = args.ckpt or os.path.join(args.out_dir, "ckpt.pt")
-    requested = args.out or os.path.join(os.path.dirname(ckpt_path), "passkey.json")
-    output_path(requested)  # a bad --out is refused now, not after the evaluation
-    model, ckpt = load_checkpoint(ckpt_path, args.device)
-    tokenizer = get_tokenizer(ckpt.get("tokenizer", "byte"))
-    block_size = model.config.block_size
-    use_amp = "cuda" in args.device and args.dtype != "float32"
-    ctx = torch.autocast("cuda", dtype=getattr(torch, args.dtype)) if use_amp else None
-    t0 = time.time()
-    try:
-        lengths = parse_lengths(args.lengths, block_size)
-        depths = passkey_depths(args.depths)
-    except ValueError as e:
-        p.error(str(e))
+    ev = load_eval(p, args, "passkey")
+    model, block_size = ev.model, ev.block_size
     if args.attention:
-        png = os.path.join(os.path.dirname(ckpt_path), "key_attention.png")
+        png = os.path.join(os.path.dirname(ev.ckpt_path), "key_attention.png")
         try:
-            print(attention_report(model, tokenizer, lengths, depths, args.seed, args.chunk, args.device, png,
-                                   block_size))
+            print(attention_report(model, ev.tokenizer, ev.lengths, ev.depths, args.seed, args.chunk, args.device,
+                                   png, block_size))
         except ValueError as e:
             p.error(str(e))
-        print(f"wrote {png} ({time.time() - t0:.1f} s)")
+        print(f"wrote {png} ({time.time() - ev.t0:.1f} s)")
         return
-    # what makes two runs' results the same: a run cut short goes on only under these settings
-    settings = dict(ckpt_sha256=checkpoint_digest(ckpt_path), lengths=lengths, depths=depths, samples=args.samples,
-                    seed=args.seed, mode=args.mode, n_digits=args.n_digits, dtype=args.dtype)
-    out, done = resume_or_new(requested, settings, args.overwrite, (".csv", ".png"))
-    if done:
-        print(f"{out}: an unfinished run of these settings, going on after the {len(done)} prompts it scored")
-    elif out != requested:
-        print(f"{requested} holds an earlier result: writing {out} (--overwrite replaces it)")
+    settings = dict(ckpt_sha256=checkpoint_digest(ev.ckpt_path), lengths=ev.lengths, depths=ev.depths,
+                    samples=args.samples, seed=args.seed, mode=args.mode, n_digits=args.n_digits, dtype=args.dtype)
+    out, done = resume(ev, settings, args.overwrite)
     cfg = model.config
-    name = f"{cfg.pos}{'+ssmax' if cfg.ssmax else ''}"
-    meta = dict(ckpt=ckpt_path, pos=cfg.pos, ssmax=cfg.ssmax, block_size=block_size, tokenizer=tokenizer.name,
-                iter_num=ckpt.get("iter_num"), mode=args.mode, seed=args.seed, n_digits=args.n_digits,
-                title=f"passkey accuracy (%), {name}, block_size {block_size}", settings=settings)
+    meta = dict(ckpt=ev.ckpt_path, pos=cfg.pos, ssmax=cfg.ssmax, block_size=block_size, tokenizer=ev.tokenizer.name,
+                iter_num=ev.ckpt.get("iter_num"), mode=args.mode, seed=args.seed, n_digits=args.n_digits,
+                title=f"passkey accuracy (%), {ev.name}, block_size {block_size}", settings=settings)
     try:
-        results = run_passkey(model, tokenizer, lengths, depths, args.samples, args.seed, args.mode,
-                              args.chunk, args.device, args.n_digits, ctx=ctx, batch_size=args.batch_size,
+        results = run_passkey(model, ev.tokenizer, ev.lengths, ev.depths, args.samples, args.seed, args.mode,
+                              args.chunk, args.device, args.n_digits, ctx=ev.ctx, batch_size=args.batch_size,
                               done=done, save=lambda rs: write_results(rs, out, meta, finished=False))
     except ValueError as e:
         p.error(str(e))
-    print(f"\npasskey accuracy, {name}, {ckpt_path}, block_size {block_size}, mode {args.mode}, "
-          f"{args.samples} samples per cell, {time.time() - t0:.1f} s")
+    print(f"\npasskey accuracy, {ev.name}, {ev.ckpt_path}, block_size {block_size}, mode {args.mode}, "
+          f"{args.samples} samples per cell, {time.time() - ev.t0:.1f} s")
     print(format_table(results, block_size))
     paths = write_results(results, out, meta)
     print("wrote " + ", ".join(paths))

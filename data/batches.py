@@ -1,7 +1,7 @@
 """
 The batches a training run draws (train.py): random windows of a prepared dataset, the
 document ids of packed documents (document_mask, SPEC §2), and the on-the-fly synthetic
-passkey set. Datasets are prepared by their scripts in data/ (fineweb.py, shakespeare.py,
+passkey and NIAH sets. Datasets are prepared by their scripts in data/ (fineweb.py, shakespeare.py,
 passkey.py); each leaves train.bin, val.bin (uint16 token ids) and meta.json.
 """
 
@@ -51,7 +51,8 @@ def document_ids(x, eot):
 
 def prepare_data(dataset_name):
     """Return (data_dir, meta). Makes the synthetic passkey set passkey_<tokenizer>_<length> if missing
-    (passkey_<tokenizer>_<min>-<max>: prompts of lengths min..max, padded to max).
+    (passkey_<tokenizer>_<min>-<max>: prompts of lengths min..max, padded to max), and likewise the RULER NIAH
+    set niah_<tokenizer>_<length> (data/niah.py).
 
     Other datasets must be prepared by their script; read_meta then raises
     FileNotFoundError naming the command.
@@ -59,11 +60,11 @@ def prepare_data(dataset_name):
     from data.tokenizer import data_dir_of, read_meta
     data_dir = data_dir_of(dataset_name)
     parts = os.path.basename(os.path.normpath(dataset_name)).split("_")
-    if (not os.path.isfile(os.path.join(data_dir, "meta.json")) and len(parts) == 3 and parts[0] == "passkey"
+    if (not os.path.isfile(os.path.join(data_dir, "meta.json")) and len(parts) == 3 and parts[0] in ("passkey", "niah")
             and parts[2].replace("-", "", 1).isdigit()):
-        from data.passkey import build_dataset
-        print(f"making the synthetic passkey set {data_dir} (seconds)")
+        from data import niah, passkey
+        print(f"making the synthetic {parts[0]} set {data_dir} (seconds)")
         lo, _, hi = parts[2].rpartition("-")
-        build_dataset(parts[1], int(hi), n_train=20000, n_val=500, seed=0, out_dir=data_dir,
-                      min_length=int(lo) if lo else None)
+        {"passkey": passkey, "niah": niah}[parts[0]].build_dataset(
+            parts[1], int(hi), n_train=20000, n_val=500, seed=0, out_dir=data_dir, min_length=int(lo) if lo else None)
     return data_dir, read_meta(data_dir)

@@ -129,6 +129,14 @@ def make_examples(tokenizer, length, n, rng, n_digits=5, desc=None, min_length=N
     return out
 
 
+def write_examples(out_dir, name, seed, n_train, n_val, make):
+    """Write out_dir/train.bin and val.bin of a synthetic set: make(n, rng, desc) -> a (n, example_len) array, rng a
+    random.Random of its own per split ("<name>-<split>-<seed>"), desc a progress bar's label."""
+    for split, n in (("train", n_train), ("val", n_val)):
+        examples = make(n, random.Random(f"{name}-{split}-{seed}"), f"{name} {split} prompts")
+        write_split(out_dir, split, examples.ravel())
+
+
 def build_dataset(tokenizer_name, length, n_train, n_val, seed, out_dir, n_digits=5, min_length=None):
     """Write a synthetic passkey set to out_dir/{train,val}.bin + meta.json.
 
@@ -142,10 +150,8 @@ def build_dataset(tokenizer_name, length, n_train, n_val, seed, out_dir, n_digit
     if min_length is not None and not passkey_min_length(tokenizer_name, n_digits) <= min_length <= length:
         raise InputError(f"min_length={min_length} must lie between the template's minimum "
                          f"{passkey_min_length(tokenizer_name, n_digits)} and length={length}")
-    for split, n in (("train", n_train), ("val", n_val)):
-        rng = random.Random(f"passkey-{split}-{seed}")
-        examples = make_examples(tokenizer_name, length, n, rng, n_digits, f"passkey {split} prompts", min_length)
-        write_split(out_dir, split, examples.ravel())
+    write_examples(out_dir, "passkey", seed, n_train, n_val,
+                   lambda n, rng, desc: make_examples(tokenizer_name, length, n, rng, n_digits, desc, min_length))
     cmd = (f"python data/passkey.py --tokenizer {tokenizer_name} --length {length} --n_train {n_train} "
            f"--n_val {n_val} --seed {seed} --n_digits {n_digits}"
            + ("" if min_length is None else f" --min_length {min_length}"))
@@ -153,17 +159,23 @@ def build_dataset(tokenizer_name, length, n_train, n_val, seed, out_dir, n_digit
                       min_length=min_length, n_train=n_train, n_val=n_val, seed=seed, n_digits=n_digits, prepare=cmd)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def dataset_parser(doc, name):
+    """The options of the synthetic sets' scripts (data/passkey.py, data/niah.py); name: the folders' prefix."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tokenizer", choices=["byte", "gpt2"], default="byte")
     p.add_argument("--length", type=positive_int, default=512, help="tokens per example without the final pad (= block_size)")
     p.add_argument("--n_train", type=positive_int, default=20000)
     p.add_argument("--n_val", type=positive_int, default=500)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--n_digits", type=positive_int, default=5)
     p.add_argument("--min_length", type=positive_int, default=None,
                    help="prompts of several lengths: each drawn from min_length..length (padding is not in the loss)")
-    p.add_argument("--out_dir", default=None, help="default data/passkey_<tokenizer>_<length>")
+    p.add_argument("--out_dir", default=None, help=f"default data/{name}_<tokenizer>_<length>")
+    return p
+
+
+def main():
+    p = dataset_parser(__doc__, "passkey")
+    p.add_argument("--n_digits", type=positive_int, default=5)
     args = p.parse_args()
     out_dir = args.out_dir or os.path.join("data", f"passkey_{args.tokenizer}_{args.length}")
     meta = build_dataset(args.tokenizer, args.length, args.n_train, args.n_val, args.seed, out_dir, args.n_digits,
