@@ -1,20 +1,25 @@
 """
-The papers' comparison at CPU scale (SPEC §7): every positional variant trained
-the same way, then passkey retrieval and perplexity against context length.
+The papers' comparison at CPU scale (SPEC §7) at the CPU demo's recipe: the 12 positional variants, 3 seeds each,
+passkey retrieval against length; and a language model per variant trained to its plateau, perplexity against length.
 
-    python sweep.py                       # the full sweep on 2 CPU cores, writes docs/results.md and docs/*.png
-    python sweep.py --only=bam+ssmax,alibi  # some variants; the tables keep the others' earlier results
-    python sweep.py --quick               # a reduced version (minutes), for the tests; writes to --out_dir only
-    python sweep.py --docs_only           # rewrite results.md and the plots from docs/sweep.json
+    python sweep.py                                # all of it (hours: "Wall times" in docs/results.md)
+    python sweep.py --only=alibi,rope --seeds=1    # a part: finished runs are reused, every other row kept
+    python sweep.py --half=lm --only=bam+ssmax     # one half only (passkey, lm or both)
+    python sweep.py --quick                        # tiny models, 2 seeds (minutes), for the tests; writes to --out_dir
+    python sweep.py --docs_only                    # rewrite results.md and the plots from docs/sweep-recipe.json
 
-For each variant: (1) train the CPU demo as it was when the committed sweep ran (config/cpu_demo.py under
-SWEEP_SETTINGS: learning rate 1e-3, no last phase; 2,000 steps), resume it to 4,000 steps with the cosine stretched to 4,000 (at
-2,000 NoPE, sinusoidal and TAPA have not learned the copy yet), and run passkey.py's
-evaluation at 1x..64x its block_size, 20 prompts per length at evenly spaced depths; (2) train the same-sized
-model on tiny Shakespeare (byte tokenizer) and measure perplexity on the held-out 10%
-at 1x..16x. Same seed, data, steps and size for every variant; TAPA at a 5x lower
-learning rate, the ratio to RoPE its paper used. Finished trainings are reused when
-the sweep is run again, and results.md keeps its hand-written part (from "## Reading" on).
+Passkey half, per variant and seed (out_dir/passkey-<name>-s<seed>/): train.py with config/cpu_demo.py as it is
+(2,000 steps on 320-byte prompts, then its last phase, 300 on 320-1,280) and --seed, except: TAPA at 1/5 of both
+learning rates (its paper's ratio to RoPE); learned without the last phase (--phase_from=None: no positions past
+320; its last 300 steps stay on 320-byte prompts, at min_lr). --passkey_iters is every variant's budget (the
+phase stays the last 300 steps, the cosine ends where it begins). Then passkey at 1x-64x, 5 depths x 4 samples.
+LM half, one seed (1337) per variant (out_dir/lm-<name>/): the same model on tiny Shakespeare bytes (256-byte
+windows, 16 a batch, lr 1e-3, TAPA 2e-4) for --lm_iters steps S, evaluated every S/20; then perplexity on the
+held-out 10% at 1x-16x, full windows and a sliding window of stride 256 (eval_ppl.py); PLATEAU_RULE on its log.
+
+Rows merge in docs/sweep-recipe.json, per variant and seed (several processes may share it): a row there is not
+run again (delete it to redo it); a checkpoint at its budget is reused, an unfinished one resumed, a cut-short
+passkey scoring goes on. results.md's top part is rewritten, its hand-written part (from "## Reading" on) kept.
 """
 
 import argparse
@@ -24,36 +29,40 @@ import shutil
 import time
 
 import numpy as np
-import torch
 
-from configurator import InputError, run_script
+from checkpoint import checkpoint_digest, read_checkpoint
+from configurator import InputError, positive_int, run_script, write_json
 import train
 from data.shakespeare import load_text, prepare
 from eval_ppl import evaluate_ppl
 from model import load_checkpoint
 from plots import plot_lines
-from passkey import format_table, run_passkey, write_results
+from passkey import accuracy_table, format_table, run_passkey, write_results
 
 VARIANTS = [("nope", False), ("nope", True), ("sinusoidal", False), ("learned", False), ("rope", False),
             ("rope", True), ("alibi", False), ("alibi", True), ("bam", False), ("bam", True), ("tapa", False),
             ("fire", False)]
-# The committed sweep (docs/results.md) ran on the CPU demo before its current recipe (lr 5e-4, layer 1's shapes up
-# to 2/3, a last phase on longer prompts): these settings keep it reproducible. The current recipe against the main
-# baselines: docs/results.md, "The demo's recipe against the baselines".
-SWEEP_SETTINGS = ["--learning_rate=1e-3", "--bam_shape_init=[1,[0,0.3333333333333333,0.5,1]]", "--phase_from=None",
-                  "--ssmax_max_n=None"]
-# per-variant settings: TAPA trains at 1/5 of the learning rate (the TAPA paper's ratio to its RoPE baseline)
-LR_FACTOR = {"tapa": 0.2}
+LR_FACTOR = {"tapa": 0.2}  # TAPA trains at 1/5 of the learning rate (the TAPA paper's ratio to its RoPE baseline)
+LM_SEED = 1337  # the LM half's one seed
 ROOT = os.path.dirname(os.path.abspath(__file__))
 SHAKESPEARE_LOCAL = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
-
-# passkey_iters: the passkey model trains to the first count, then is resumed to each next one with the
-# cosine stretched to it (a warm restart); the first stage is the CPU demo under SWEEP_SETTINGS
-FULL = dict(passkey_iters=[2000, 4000], passkey_lengths=[1, 2, 4, 8, 16, 32, 64], depths=5, samples=4,
-            shakespeare_iters=300, ppl_lengths=[1, 2, 4, 8, 16], ppl_tokens=16384,
+DEMO = train.demo_config()
+PLATEAU_TAIL, PLATEAU_TOL = 0.25, 0.02  # the LM half's plateau: the last quarter of the steps gained < 2%
+PLATEAU_RULE = ("the val loss at the last step S is less than 2% below the one at 0.75·S, the cosine's annealing "
+                "included (the last quarter gained < 2%), and within 2% of the lowest in the log (not overfitting)")
+# lm_iters, S = 3,000 (12M tokens, ~11 passes over the 1M training bytes). A probe at one thread sharing 2 busy cores
+# (rope and bam+ssmax, this recipe with a cosine to 3,000, 280 steps each, 2026-12-02): val loss 2.31 / 2.11 / 1.99 /
+# 1.89 (rope) and 2.33 / 2.17 / 2.03 / 1.93 (bam+ssmax) at steps 80 / 120 / 200 / 280, still 1.5-2% lower every 40.
+# A power law fitted to rope's (1.65 + 20.8·t^-0.79) puts the drop from 0.75·S to S at 0.6% for S = 3,000 (0.8% for
+# 2,000), leaving ~1% of room for the annealing in the last quarter; slower variants (NoPE, TAPA at lr/5) may not
+# make it: their rows are flagged, and --lm_iters gives every variant a larger S. Cost: 1.2 it/s at one thread on 2
+# busy cores (rope, bam+ssmax), so ~45 minutes a variant with its evaluations, and ~1-2 for the perplexities.
+FULL = dict(seeds=[1337, 1, 2], passkey_iters=DEMO["max_iters"], phase_iters=DEMO["max_iters"] - DEMO["phase_from"],
+            passkey_lengths=[1, 2, 4, 8, 16, 32, 64], depths=5, samples=4,
+            lm_iters=3000, lm_lr=1e-3, lm_block=256, stride=256, ppl_lengths=[1, 2, 4, 8, 16], ppl_tokens=16384,
             model=[])  # the CPU demo's model
-QUICK = dict(passkey_iters=[2, 4], passkey_lengths=[1, 2], depths=2, samples=1,
-             shakespeare_iters=4, ppl_lengths=[1, 2], ppl_tokens=1024,
+QUICK = dict(seeds=[1337, 1], passkey_iters=4, phase_iters=2, passkey_lengths=[1, 2], depths=2, samples=1,
+             lm_iters=4, lm_lr=1e-3, lm_block=64, stride=32, ppl_lengths=[1, 2], ppl_tokens=256,
              model=["--n_layer=1", "--n_embd=32", "--n_head=2", "--batch_size=2", "--eval_iters=1"])
 
 
@@ -61,19 +70,22 @@ def name_of(pos, ssmax):
     return f"{pos}+ssmax" if ssmax else pos
 
 
-def train_variant(args, out_dir):
-    """train.py with config/cpu_demo.py, SWEEP_SETTINGS and these --key=value args; a run in out_dir is resumed to max_iters,
-    or reused if it has got that far."""
-    cfg = train.demo_config(SWEEP_SETTINGS + args + [f"--out_dir={out_dir}"])
-    ckpt_path = os.path.join(out_dir, "ckpt.pt")
-    if os.path.isfile(ckpt_path) and torch.load(ckpt_path, weights_only=True)["iter_num"] >= cfg["max_iters"]:
-        print(f"reusing {ckpt_path}")
-    else:
-        if os.path.isfile(ckpt_path):
-            cfg["init_from"] = "resume"
-        train.train(cfg)
-    model, _ = load_checkpoint(ckpt_path)
-    return model
+def train_run(argv, out_dir):
+    """train.py with config/cpu_demo.py and argv (--key=value) in out_dir: a run there that has reached max_iters is
+    reused, an unfinished one resumed. Returns (model, checkpoint, minutes). Raises InputError if out_dir holds a run
+    of other settings."""
+    cfg = train.demo_config(argv + [f"--out_dir={out_dir}"])
+    path, t0 = os.path.join(out_dir, "ckpt.pt"), time.time()
+    if os.path.isfile(path):
+        saved = read_checkpoint(path, mmap=True)["config"]
+        other = [f"{k}={saved[k]!r}" for k in cfg if k in saved and saved[k] != cfg[k]
+                 and k not in ("out_dir", "init_from", "vocab_size")]
+        if other:
+            raise InputError(f"{out_dir} holds a run of other settings ({', '.join(other)}): delete it or use "
+                             f"another --out_dir")
+        cfg["init_from"] = "resume"  # at max_iters already: train() says so and trains nothing
+    train.train(cfg)
+    return load_checkpoint(path) + ((time.time() - t0) / 60,)
 
 
 def shakespeare_dir(out, text_path=None):
@@ -85,149 +97,238 @@ def shakespeare_dir(out, text_path=None):
     return out
 
 
-def fmt(x, kind):
-    if x is None:
-        return "n/a"
-    return f"{100 * x:.0f}%" if kind == "acc" else (f"{x:.2f}" if x < 1e4 else f"{x:.2e}")
-
-
-def markdown_table(table, lengths, kind):
-    head = "| variant | " + " | ".join(f"{x}x" for x in lengths) + " |\n|---|" + "---|" * len(lengths) + "\n"
-    return head + "".join(f"| {name} | " + " | ".join(fmt(v, kind) for v in vals) + " |\n" for name, vals in table.items())
-
-
-def evaluate_variant(pos, ssmax, setting, args):
-    """Train and evaluate one variant; returns its row of the sweep (accuracies, perplexities, prior, times)."""
-    name = name_of(pos, ssmax)
-    common = [f"--pos={pos}", f"--ssmax={ssmax}"] + setting["model"]
-    lr = train.demo_config(SWEEP_SETTINGS)["learning_rate"] * LR_FACTOR.get(pos, 1.0)
-    t0 = time.time()
-    # (1) passkey: train on the synthetic set, evaluate at 1x..64x
-    out = os.path.join(args.out_dir, f"passkey-{name}")
-    for n in setting["passkey_iters"]:  # FULL: the demo's 2,000 steps, then resumed to 4,000 (cosine stretched)
-        model = train_variant(common + [f"--max_iters={n}", f"--lr_decay_iters={n}", f"--learning_rate={lr}"], out)
-    t_train = time.time() - t0
-    block_size = model.config.block_size
+def passkey_row(pos, ssmax, seed, setting, args):
+    """Train (or reuse) one variant at one seed, score passkey at every length (an unfinished scoring goes on);
+    returns its row of the sweep."""
+    name, lr, n, tail = name_of(pos, ssmax), LR_FACTOR.get(pos, 1.0), setting["passkey_iters"], setting["phase_iters"]
+    out = os.path.join(args.out_dir, f"passkey-{name}-s{seed}")
+    model, ckpt, t_train = train_run(
+        [f"--pos={pos}", f"--ssmax={ssmax}", f"--seed={seed}"] + setting["model"] +
+        [f"--max_iters={n}", f"--lr_decay_iters={n - tail}", f"--phase_from={None if pos == 'learned' else n - tail}",
+         f"--learning_rate={DEMO['learning_rate'] * lr}", f"--phase_lr={DEMO['phase_lr'] * lr}"], out)
+    block_size, path, t0 = model.config.block_size, os.path.join(out, "passkey.json"), time.time()
     lengths = [m * block_size for m in setting["passkey_lengths"]]
-    results = run_passkey(model, "byte", lengths, setting["depths"], setting["samples"], seed=0)
-    write_results(results, os.path.join(out, "passkey.json"),
-                  dict(pos=pos, ssmax=ssmax, block_size=block_size, title=f"passkey accuracy (%), {name}"))
+    meta = dict(pos=pos, ssmax=ssmax, seed=seed, block_size=block_size, title=f"passkey accuracy (%), {name}, "
+                f"seed {seed}", settings=dict(ckpt_sha256=checkpoint_digest(os.path.join(out, "ckpt.pt")),
+                                              lengths=lengths, depths=setting["depths"], samples=setting["samples"]))
+    earlier = json.load(open(path)) if os.path.isfile(path) else dict(meta={})
+    done = earlier["results"] if earlier["meta"].get("settings") == meta["settings"] else []  # not scored again
+    results = run_passkey(model, "byte", lengths, setting["depths"], setting["samples"], seed=0, done=done,
+                          save=lambda r: write_results(r, path, meta, finished=False))
+    write_results(results, path, meta)
     print(format_table(results, block_size))
-    accuracy = []
-    for L in lengths:
-        scored = [r["correct"] for r in results if r["length"] == L and r["correct"] is not None]
-        accuracy.append(sum(scored) / len(scored) if scored else None)
     prior = {k: [row and [round(x, 3) for x in row] for row in v] for k, v in model.prior_state().items()}
-    t_passkey = time.time() - t0
-    # (2) perplexity: train on tiny Shakespeare, evaluate on its held-out 10%
+    return dict(passkey=[accuracy_table(results)[1][L] for L in lengths], prior=prior, block_size=block_size,
+                lr=DEMO["learning_rate"] * lr, val_loss=ckpt["history"][-1][2],
+                minutes=dict(train=t_train, eval=(time.time() - t0) / 60))
+
+
+def plateau(history):
+    """PLATEAU_RULE on a run's evaluations (history: [iteration, train loss, val loss] rows, the last at S). Returns
+    (drop, ok); drop = (val at the last evaluation at or before (1 - PLATEAU_TAIL)·S − val at S) / val at S."""
+    S, last = history[-1][0], history[-1][2]
+    before = [val for it, _, val in history if it <= (1 - PLATEAU_TAIL) * S][-1]
+    drop = (before - last) / last
+    return drop, drop < PLATEAU_TOL and last <= (1 + PLATEAU_TOL) * min(val for _, _, val in history)
+
+
+def lm_row(pos, ssmax, setting, args):
+    """Train (or reuse) one variant on tiny Shakespeare, then perplexity at every length in both modes; its row."""
+    name, S, lr = name_of(pos, ssmax), setting["lm_iters"], setting["lm_lr"] * LR_FACTOR.get(pos, 1.0)
     data_dir = shakespeare_dir(os.path.join(args.out_dir if args.quick else os.path.join(ROOT, "data"),
                                             "shakespeare_byte"), args.input)
-    model = train_variant(common + [f"--dataset={data_dir}", f"--max_iters={setting['shakespeare_iters']}",
-                                    f"--lr_decay_iters={setting['shakespeare_iters']}", "--eval_interval=100",
-                                    f"--learning_rate={2 * lr}", "--block_size=256",
-                                    "--batch_size=16", "--warmup_iters=30"],
-                          os.path.join(args.out_dir, f"shakespeare-{name}"))
-    val = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
-    ppl = []
+    model, ckpt, t_train = train_run(
+        [f"--pos={pos}", f"--ssmax={ssmax}", f"--seed={LM_SEED}"] + setting["model"] +
+        [f"--dataset={data_dir}", "--phase_from=None", f"--block_size={setting['lm_block']}", "--batch_size=16",
+         f"--learning_rate={lr}", f"--max_iters={S}", f"--lr_decay_iters={S}", f"--eval_interval={max(1, S // 20)}"],
+        os.path.join(args.out_dir, f"lm-{name}"))
+    val, t0 = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r"), time.time()
+    ppl = dict(full=[], sliding=[])
     for m in setting["ppl_lengths"]:
         L = m * model.config.block_size
-        if L > model.max_length:
-            ppl.append(None)  # learned positions stop at block_size (SPEC §4)
-            continue
-        ppl.append(evaluate_ppl(model, val, L, max_windows=max(1, setting["ppl_tokens"] // L))[1])
-    return dict(passkey=accuracy, ppl=ppl, prior=prior, block_size=block_size, lr=lr,
-                minutes=dict(passkey_train=t_train / 60, passkey_eval=(t_passkey - t_train) / 60,
-                             shakespeare=(time.time() - t0 - t_passkey) / 60))
+        for mode, stride in (("full", L), ("sliding", min(setting["stride"], L))):
+            ppl[mode].append(None if L > model.max_length else  # learned positions stop at block_size (SPEC §4)
+                             evaluate_ppl(model, val, L, stride, max(1, setting["ppl_tokens"] // stride))[1])
+    drop, ok = plateau(ckpt["history"])
+    return dict(ppl_full=ppl["full"], ppl_sliding=ppl["sliding"], val=[[it, v] for it, _, v in ckpt["history"]],
+                drop=drop, plateau=ok, block_size=model.config.block_size, lr=lr,
+                minutes=dict(train=t_train, eval=(time.time() - t0) / 60))
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="a reduced sweep for the tests (tiny models, 1x-2x)")
+    p.add_argument("--quick", action="store_true", help="a reduced sweep for the tests (tiny models, 1x-2x, 2 seeds)")
     p.add_argument("--only", default=None, help="comma-separated variant names (e.g. bam+ssmax,alibi); default all")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds of the passkey half (default 1337,1,2)")
+    p.add_argument("--half", choices=["both", "passkey", "lm"], default="both", help="which half to run")
+    p.add_argument("--passkey_iters", type=positive_int, help="every variant's passkey budget (default: the demo's)")
+    p.add_argument("--lm_iters", type=positive_int, help="the LM half's steps S, every variant's (default 3,000)")
     p.add_argument("--out_dir", default=os.path.join(ROOT, "out-sweep"), help="checkpoints and raw results")
     p.add_argument("--input", default=None, help="a local tinyshakespeare.txt (default: ../shared, else download)")
-    p.add_argument("--docs", default=None, help="where results.md and the plots go (default docs/, or out_dir with --quick)")
-    p.add_argument("--docs_only", action="store_true",
-                   help="train nothing: write the docs from the rows in <docs>/sweep.json")
-    args = p.parse_args()
-    setting = QUICK if args.quick else FULL
-    docs = args.docs or (args.out_dir if args.quick else os.path.join(ROOT, "docs"))
+    p.add_argument("--docs", default=None, help="results.md, sweep-recipe.json, plots (default docs/; --quick out_dir)")
+    p.add_argument("--docs_only", action="store_true", help="train nothing: write the docs from sweep-recipe.json")
+    args = p.parse_args(argv)
+    setting = dict(QUICK if args.quick else FULL)
+    setting.update({k: getattr(args, k) for k in ("passkey_iters", "lm_iters") if getattr(args, k)})
+    if setting["passkey_iters"] <= setting["phase_iters"]:
+        raise InputError(f"--passkey_iters={setting['passkey_iters']} leaves no steps before the last phase's "
+                         f"{setting['phase_iters']}: use more (the demo's: {DEMO['max_iters']})")
+    seeds = (args.seeds or ",".join(map(str, setting["seeds"]))).split(",")
+    if not all(s.strip().lstrip("-").isdigit() for s in seeds) or len(set(map(int, seeds))) < len(seeds):
+        raise InputError(f"bad --seeds={args.seeds!r}: give distinct integers, comma-separated, e.g. --seeds=1337,1,2")
+    seeds = [int(s) for s in seeds]
     names = [name_of(*v) for v in VARIANTS]
     only = names if args.only is None else [n.strip() for n in args.only.split(",")]
     unknown = [n for n in only if n not in names]
     if unknown:
         raise InputError(f"unknown variant(s) {', '.join(unknown)} in --only; valid: {', '.join(names)}")
-    os.makedirs(docs, exist_ok=True)
-    os.makedirs(args.out_dir, exist_ok=True)
-    sweep_json = os.path.join(docs, "sweep.json")  # the rows, committed beside results.md
-    rows = {}
-    if os.path.isfile(sweep_json):  # the variants of earlier runs stay in the tables
-        with open(sweep_json) as f:
-            rows = json.load(f)["variants"]
-    for pos, ssmax in VARIANTS:
+    docs = args.docs or (args.out_dir if args.quick else os.path.join(ROOT, "docs"))
+    path = os.path.join(docs, "sweep-recipe.json")  # the rows, committed beside results.md
+    data = dict(setting=setting, variants={})
+    if os.path.isfile(path):  # the rows of earlier calls stay in the tables
+        with open(path) as f:
+            data = json.load(f)
+        other = [f"{k}={v!r} (now {setting.get(k)!r})" for k, v in data["setting"].items() if v != setting.get(k)]
+        if other and not args.docs_only:
+            raise InputError(f"{path} holds a sweep of other settings: {', '.join(other)}; call with those, or "
+                             f"write elsewhere (--docs=DIR --out_dir=DIR)")
+    elif args.docs_only:
+        raise InputError(f"no {path} to write the docs from: run the sweep first (or pass --docs=DIR)")
+    for folder in (docs, args.out_dir):
+        os.makedirs(folder, exist_ok=True)
+    for pos, ssmax in [] if args.docs_only else VARIANTS:
         name = name_of(pos, ssmax)
-        if name in only and not args.docs_only:
-            rows[name] = evaluate_variant(pos, ssmax, setting, args)
-            print(f"{name}: passkey {rows[name]['passkey']}, ppl {rows[name]['ppl']}")
-            with open(sweep_json, "w") as f:
-                json.dump({"variants": rows, "setting": setting}, f, indent=1)
-    write_docs(rows, setting, docs, args)
+        have = data["variants"].get(name, {}) if name in only else None
+        for seed in seeds if have is not None and args.half != "lm" else []:
+            if str(seed) in have.get("passkey", {}):
+                print(f"{name}, seed {seed}: in {path} already (delete its row to run it again)")
+                continue
+            add_row(path, data, name, str(seed), passkey_row(pos, ssmax, seed, setting, args))
+        if have is not None and args.half != "passkey" and "lm" not in have:
+            add_row(path, data, name, "lm", lm_row(pos, ssmax, setting, args))
+    write_docs(data["variants"], data["setting"], docs, args)
+
+
+def add_row(path, data, name, key, row):
+    """data["variants"][name]["passkey"][key] = row (key "lm": [name]["lm"]), written to the JSON at path, re-read
+    first: rows that another sweep.py process (another --only) wrote there meanwhile stay."""
+    if os.path.isfile(path):
+        with open(path) as f:
+            data["variants"] = json.load(f)["variants"]
+    entry = data["variants"].setdefault(name, dict(passkey={}))
+    (entry if key == "lm" else entry["passkey"])[key] = row
+    write_json(path, data)
+
+
+def spread(values):
+    """(mean, lowest, highest, count) of the values that are not None (one per seed); count 0 if none is."""
+    xs = [v for v in values if v is not None]
+    return (sum(xs) / len(xs), min(xs), max(xs), len(xs)) if xs else (None, None, None, 0)
+
+
+def cell(values, n_seeds):
+    """A passkey cell: the mean over seeds and their range, "97% (90–100)"; "100%" if every seed got 100%; the count
+    if not n_seeds seeds ("100% (1 seed)", "95% (90–100, 2 seeds)"); "n/a" if no seed scored it."""
+    mean, lo, hi, n = spread(values)
+    if n == 0:
+        return "n/a"
+    notes = [f"{100 * lo:.0f}–{100 * hi:.0f}"] * (lo != hi) + [f"{n} seed{'s' * (n > 1)}"] * (n != n_seeds)
+    return f"{100 * mean:.0f}%" + (f" ({', '.join(notes)})" if notes else "")
+
+
+def markdown_table(table, columns):
+    """{row name: cells} under the header "variant" + columns, as a markdown table."""
+    return (f"| variant | {' | '.join(columns)} |\n|---|" + "---|" * len(columns) + "\n" +
+            "".join(f"| {name} | " + " | ".join(cells) + " |\n" for name, cells in table.items()))
+
+
+def plot_passkey(table, lengths, path):
+    """Passkey accuracy (table: {variant: [[each seed's] per length]}) against length to a PNG, seeds' range shaded."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (name, per_length) in enumerate(table.items()):
+        pts = [(x,) + spread(v)[:3] for x, v in zip(lengths, per_length) if spread(v)[3]]
+        if pts:  # 10 colours: the 11th variant on takes a square marker
+            x, mean, lo, hi = zip(*pts)
+            line, = ax.plot(x, mean, marker="o" if i < 10 else "s", ls="--" if "ssmax" in name else "-", label=name)
+            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [f"{x}x" for x in lengths])
+    ax.set(xlabel="context length (multiple of the training length)", ylabel="passkey accuracy (band: seeds' range)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def write_docs(rows, setting, docs, args):
     """results.md (tables, plots, times; its hand-written part from "## Reading" on is kept) and the PNGs."""
-    rows = {name_of(*v): rows[name_of(*v)] for v in VARIANTS if name_of(*v) in rows}  # in VARIANTS order
-    passkey = {n: r["passkey"] for n, r in rows.items()}
-    ppl = {n: r["ppl"] for n, r in rows.items()}
-    plot_lines(passkey, setting["passkey_lengths"], "passkey accuracy", os.path.join(docs, "passkey.png"))
-    plot_lines(ppl, setting["ppl_lengths"], "perplexity (byte level)", os.path.join(docs, "ppl.png"), logy=True)
-    # heatmaps: bam+ssmax and the baseline with the best mean accuracy from 8x on
-    far = [i for i, m in enumerate(setting["passkey_lengths"]) if m >= 8] or [0]
-    score = {n: np.mean([a or 0 for a in (v[i] for i in far)]) for n, v in passkey.items()}
+    order = [name_of(*v) for v in VARIANTS]
+    pk = {n: rows[n]["passkey"] for n in order if rows.get(n, {}).get("passkey")}  # {variant: {seed: row}}
+    lm = {n: rows[n]["lm"] for n in order if "lm" in rows.get(n, {})}
+    n_seeds, lengths, bs, S, stride = (len(setting["seeds"]), setting["passkey_lengths"], DEMO["block_size"],
+                                       setting["lm_iters"], setting["stride"])
+    per_seed = {n: [[r["passkey"][i] for r in s.values()] for i in range(len(lengths))] for n, s in pk.items()}
+    if pk:
+        plot_passkey(per_seed, lengths, os.path.join(docs, "passkey.png"))
+    for mode in ("full", "sliding") if lm else ():
+        plot_lines({n: r[f"ppl_{mode}"] for n, r in lm.items()}, setting["ppl_lengths"], f"perplexity (bytes, {mode})",
+                   os.path.join(docs, f"ppl-{mode}.png"), logy=True)
+    # heatmaps (of a variant's first seed): bam+ssmax and the baseline with the best mean accuracy from 8x on
+    far = [i for i, m in enumerate(lengths) if m >= 8] or [0]
+    score = {n: np.mean([spread(v[i])[0] or 0 for i in far]) for n, v in per_seed.items()}
     baselines = [n for n in score if not n.startswith("bam")]
-    heatmaps = [n for n in ("bam+ssmax", max(baselines, key=score.get) if baselines else None) if n in rows]
-    for n in heatmaps:  # from this machine's runs; rows of earlier runs keep their copies in docs
-        src = os.path.join(args.out_dir, f"passkey-{n}", "passkey.png")
-        if os.path.isfile(src):
-            shutil.copy(src, os.path.join(docs, f"heatmap-{n}.png"))
-    for n in ("bam", "bam+ssmax"):
-        src = os.path.join(args.out_dir, f"passkey-{n}", "priors.png")
-        if n in rows and os.path.isfile(src):
-            shutil.copy(src, os.path.join(docs, f"priors-{n}.png"))
+    heatmaps = [n for n in ("bam+ssmax", max(baselines, key=score.get) if baselines else None) if n in pk]
+    for n, png in [(n, "heatmap") for n in heatmaps] + [(n, "priors") for n in ("bam", "bam+ssmax") if n in pk]:
+        src = os.path.join(args.out_dir, f"passkey-{n}-s{next(iter(pk[n]))}",
+                           "passkey.png" if png == "heatmap" else "priors.png")
+        if os.path.isfile(src):  # from this machine's runs; rows of earlier runs keep their copies in docs
+            shutil.copy(src, os.path.join(docs, f"{png}-{n}.png"))
     path = os.path.join(docs, "results.md")
-    reading = ""
-    if os.path.isfile(path):
-        text = open(path).read()
-        reading = text[text.index("## Reading"):] if "## Reading" in text else ""
-    bs = next(iter(rows.values()))["block_size"]
-    command = "python sweep.py" + (" --quick" if args.quick else "")
-    stages = setting["passkey_iters"]
+    text = open(path).read() if os.path.isfile(path) else ""
+    reading = text[text.index("## Reading"):] if "## Reading" in text else ""
+    ppl = lambda x: "n/a" if x is None else (f"{x:.2f}" if x < 1e4 else f"{x:.2e}")
+    minutes = lambda rs: " + ".join(f"{np.mean([r['minutes'][k] for r in rs]):.1f}" for k in ("train", "eval")) if rs \
+        else "-"
     with open(path, "w") as f:
-        f.write(f"# Results: every variant at CPU scale\n\nMade by `{command}` (with `--only` for parts) on "
-                f"{os.cpu_count()} CPU cores, last run {time.strftime('%Y-%m-%d')}; the models are the CPU demo's "
-                f"(`config/cpu_demo.py`) under sweep.py's SWEEP_SETTINGS ({' '.join(SWEEP_SETTINGS)}: the demo "
-                f"before its current recipe), TAPA at 1/5 of its learning rate. The passkey models are trained "
-                f"{stages[0]:,} steps" + "".join(f", then resumed to {n:,}" for n in stages[1:]) +
-                (" with the cosine stretched to the new end" if len(stages) > 1 else "") + ".\n\n")
-        f.write(f"## Passkey retrieval (teacher-forced, {setting['depths']} depths x {setting['samples']} "
-                f"samples per length; training length {bs} bytes)\n\n")
-        f.write(markdown_table(passkey, setting["passkey_lengths"], "acc"))
-        f.write("\n![passkey accuracy against length](passkey.png)\n\n")
-        f.write("".join(f"![passkey heatmap, {n}](heatmap-{n}.png)\n" for n in heatmaps) + "\n")
-        f.write(f"## Perplexity on held-out tiny Shakespeare (bytes; up to {setting['ppl_tokens']:,} tokens "
-                f"per length)\n\n")
-        f.write(markdown_table(ppl, setting["ppl_lengths"], "ppl"))
-        f.write("\n![perplexity against length](ppl.png)\n\n## Learned positional parameters\n\n")
-        for n, r in rows.items():
-            for key, per_layer in r["prior"].items():
-                f.write(f"- {n}, {train.PRIOR_NAMES[key]}: " +
-                        "; ".join(f"layer {i}: {v}" for i, v in enumerate(per_layer) if v is not None) + "\n")
+        f.write(f"# Results: every variant at the demo's recipe\n\nMade by `python sweep.py{' --quick' * args.quick}` "
+                f"(in parts: `--only`, `--seeds`, `--half`), last written {time.strftime('%Y-%m-%d')}; the rows are in "
+                f"sweep-recipe.json. The models are the CPU demo's (`config/cpu_demo.py` as it is), TAPA at 1/5 of "
+                f"its learning rates (its paper's ratio to RoPE).\n\n## Passkey retrieval (teacher-forced, "
+                f"{setting['depths']} depths x {setting['samples']} samples per length; training length {bs} bytes)"
+                f"\n\nBudget: {setting['passkey_iters']:,} steps for every variant (`--passkey_iters`), the last "
+                f"{setting['phase_iters']} on prompts of {bs}-{DEMO['phase_train_block_size']:,} bytes; seeds "
+                f"{', '.join(map(str, setting['seeds']))}. A cell: the mean over seeds (their range; none if every "
+                f"seed scored the same; the count if fewer than {n_seeds}). learned: no last phase "
+                f"(`--phase_from=None`: no positions past {bs}), n/a past 1x.\n\n")
+        f.write(markdown_table({n + " (no last phase)" * (n == "learned"): [", ".join(s)] + [
+            cell(v, n_seeds) for v in per_seed[n]] for n, s in pk.items()}, ["seeds"] + [f"{x}x" for x in lengths]))
+        f.write("\n![passkey accuracy against length](passkey.png)\n\n" + "".join(
+            f"![passkey heatmap, {n} (seed {next(iter(pk[n]))})](heatmap-{n}.png)\n" for n in heatmaps))
+        f.write(f"\n## Perplexity on held-out tiny Shakespeare (bytes; one seed, {LM_SEED})\n\n{S:,} steps for every "
+                f"variant (`--lm_iters`; lr {setting['lm_lr']:g}, TAPA 1/5 of it; {setting['lm_block']}-byte windows, "
+                f"16 a batch), evaluated every {max(1, S // 20)}. A cell: full windows / sliding window of stride "
+                f"{stride} (only the last {stride} targets of a window scored; at 1x the same), "
+                f"{setting['ppl_tokens']:,} scored tokens per length. Plateau: {PLATEAU_RULE}.\n\n")
+        f.write(markdown_table({n: [f"{ppl(a)} / {ppl(b)}" for a, b in zip(r["ppl_full"], r["ppl_sliding"])] + [
+            f"{r['val'][-1][1]:.3f}", f"{100 * r['drop']:.1f}%", "yes" if r["plateau"] else "**no**"]
+            for n, r in lm.items()}, [f"{x}x" for x in setting["ppl_lengths"]] + [
+            f"val loss at {S:,}", "last-quarter drop", "plateau"]))
+        f.write("\n![perplexity, full windows](ppl-full.png)\n![perplexity, sliding window](ppl-sliding.png)\n\n"
+                "## Learned positional parameters (passkey models)\n\n")
+        f.write("".join(f"- {n}, seed {seed}, {train.PRIOR_NAMES[key]}: " + "; ".join(
+            f"layer {i}: {v}" for i, v in enumerate(per_layer) if v is not None) + "\n"
+            for n, s in pk.items() for seed, r in s.items() for key, per_layer in r["prior"].items()))
         f.write("".join(f"\n![learned prior, {n}](priors-{n}.png)\n" for n in ("bam", "bam+ssmax")
                         if os.path.isfile(os.path.join(docs, f"priors-{n}.png"))))
-        f.write("\n## Wall times (minutes on 2 CPU cores: passkey training, passkey evaluation, tiny Shakespeare)\n\n")
-        f.write("".join(f"- {n}: {r['minutes']['passkey_train']:.1f} + {r['minutes']['passkey_eval']:.1f} + "
-                        f"{r['minutes']['shakespeare']:.1f}\n" for n, r in rows.items()))
-        total = sum(sum(r["minutes"].values()) for r in rows.values())
+        f.write("\n## Wall times (minutes, one thread a job; a reused or resumed run counts its last call)\n\n"
+                "Passkey training + evaluation (mean over seeds); LM training + evaluation.\n\n")
+        f.write("".join(f"- {n}: {minutes(list(pk.get(n, {}).values()))}; {minutes([lm[n]] if n in lm else [])}\n"
+                        for n in order if n in pk or n in lm))
+        total = sum(sum(r["minutes"].values()) for r in [*lm.values(), *(r for s in pk.values() for r in s.values())])
         f.write(f"- total: {total:.0f} minutes\n\n{reading}")
     print(f"wrote {path}")
 
