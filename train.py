@@ -15,7 +15,7 @@ values of the wrong type are refused with the list of valid keys (`--help` lists
 them). `--init_from=resume` goes on with the run in --out_dir, with that run's
 settings: the command line changes only the keys it names (e.g. --max_iters). The
 learning-rate schedule does not depend on max_iters, so a run stopped at 20 iterations
-and resumed to 40 equals a run of 40 (README, "Checkpoints and resuming").
+and resumed to 40 equals a run of 40 (docs/training.md, "Checkpoints and resuming").
 """
 
 import json

@@ -20,8 +20,8 @@ n_embd = 256
 bias = False
 pos = "bam"
 ssmax = True
-# layer 0 ALiBi (local heads), layer 1 sub-linear priors over its heads: config/cpu_demo.py says why
-bam_shape_init = [1, [0, 1 / 3, 1 / 2, 2 / 3]]
+# layer 0 ALiBi (local heads), layer 1 three flat heads and one sub-linear: config/cpu_demo.py says why
+bam_shape_init = [1, [0, 0, 0, 1 / 3]]
 ssmax_init = 0.17
 # SSMax counts at most 512 keys in layer 0 (the longest prompt it trains on; cpu_demo.py's cap, for its 1,280)
 ssmax_max_n = [512, None]
