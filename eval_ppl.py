@@ -28,7 +28,7 @@ from configurator import (InputError, MissingFileError, output_path, positive_in
                           write_atomic, write_json)
 from data.tokenizer import data_dir_of, read_meta
 from model import load_checkpoint
-from passkey import parse_lengths
+from evaluate import parse_lengths
 
 
 def window_starts(n_tokens, length, stride=None):

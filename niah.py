@@ -14,9 +14,10 @@ is right at each of its tokens, given the gold answer before it. It fixes the or
 they appear in the prompt; multiquery: as the question asks), so it suits a model trained on data/niah.py's set;
 generation suits any model.
 
-Long prompts are prefilled through the KV cache in chunks of --chunk tokens (passkey.py's machinery). Writes --out
-(JSON, rewritten after every batch: the same command goes on from where a run was cut short), a CSV beside it and one
-PNG with a length x depth heatmap per task; prints a table per task and one of every task by length, with averages.
+Long prompts are prefilled through the KV cache in chunks of --chunk tokens (evaluate.py, shared with passkey.py).
+Writes --out (JSON, rewritten after every batch: the same command goes on from where a run was cut short), a CSV
+beside it and one PNG with a length x depth heatmap per task; prints a table per task and one of every task by
+length, with averages.
 """
 import random
 import time
@@ -24,7 +25,7 @@ import time
 from checkpoint import checkpoint_digest
 from configurator import InputError, run_script
 from data.niah import TASKS, niah_min_length, niah_prompt
-from passkey import (accuracy_table, eval_parser, format_table, load_eval, plot_heatmap, resume, run_jobs,
+from evaluate import (accuracy_table, eval_parser, format_table, load_eval, plot_heatmap, resume, run_jobs,
                      tokenizer_and_depths, write_results)
 
 
@@ -60,7 +61,7 @@ def run_niah(model, tokenizer, tasks, lengths, depths=5, samples=2, seed=0, mode
     dicts (task, length, n_tokens, depth, sample, query, expected (the values, space-separated), answer,
     predicted, correct), in that order; correct is the prompt's score in [0, 1] (recall, or teacher_forced_recall),
     None (n/a) for pos='learned' past block_size. done, save, batch_size, progress: as in passkey.run_passkey
-    (a run cut short goes on; passkey.run_jobs). Raises InputError (a ValueError) for an unknown task or mode, or
+    (a run cut short goes on; evaluate.run_jobs). Raises InputError (a ValueError) for an unknown task or mode, or
     a length below a task's minimum (the message names it).
     """
     tokenizer, depths = tokenizer_and_depths(tokenizer, depths)
@@ -114,7 +115,7 @@ def format_summary(results, block_size=None):
 
 
 def plot_grid(results, path, meta):
-    """One PNG at `path`: a length × depth heatmap of the scores (%) per task (passkey.plot_heatmap), 4 a row."""
+    """One PNG at `path`: a length × depth heatmap of the scores (%) per task (evaluate.plot_heatmap), 4 a row."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -35,9 +35,10 @@ from configurator import InputError, positive_int, run_script, write_json
 import train
 from data.shakespeare import load_text, prepare
 from eval_ppl import evaluate_ppl
+from evaluate import accuracy_table, format_table, write_results
 from model import load_checkpoint
+from passkey import run_passkey
 from plots import plot_lines
-from passkey import accuracy_table, format_table, run_passkey, write_results
 
 VARIANTS = [("nope", False), ("nope", True), ("sinusoidal", False), ("learned", False), ("rope", False),
             ("rope", True), ("alibi", False), ("alibi", True), ("bam", False), ("bam", True), ("tapa", False),

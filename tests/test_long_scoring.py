@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import attention
+import evaluate
 import passkey
 from attention import ALiBi, first_needed_key, far_key_profile, reference_attention, ssmax_factor
 from attention_bam import GGDPrior
@@ -86,7 +87,7 @@ VARIANTS = [(pos, ssmax) for pos in ["nope", "sinusoidal", "learned", "rope", "a
 @pytest.mark.parametrize("pos,ssmax,extra", [(pos, ssmax, {}) for pos, ssmax in VARIANTS] + [
     ("bam", True, dict(ssmax_max_n=[100, None])), ("alibi", True, dict(ssmax_layers=[1]))])
 def test_answer_logits_equal_full_forward_in_float64(pos, ssmax, extra, monkeypatch):
-    """passkey.answer_logits (chunked prefill + KV cache, far keys skipped, the last layer at the answer
+    """evaluate.answer_logits (chunked prefill + KV cache, far keys skipped, the last layer at the answer
     positions only) equals one plain forward with gradients on (every key and query), in float64."""
     firsts = []  # the first key of each chunk that skip_far computed (BAM, ALiBi)
 
@@ -102,7 +103,7 @@ def test_answer_logits_equal_full_forward_in_float64(pos, ssmax, extra, monkeypa
                 layer.attn.pos_bias.shape.fill_(1.0)
                 layer.attn.pos_bias.log_scale.fill_(math.log(0.5))
     prompt, answer = passkey_prompt(tok, 480, 0.3, 24680)
-    got = passkey.answer_logits(model, [prompt], [answer], chunk=96)[0]  # (A, V)
+    got = evaluate.answer_logits(model, [prompt], [answer], chunk=96)[0]  # (A, V)
     with torch.enable_grad():
         full, _ = model(torch.tensor([prompt + answer]), keep_last=None)  # (1, T, V)
     P, A = len(prompt), len(answer)

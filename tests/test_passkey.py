@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 import pytest
 import torch
 
+import evaluate
 import passkey
 from data.passkey import passkey_min_length, passkey_prompt
 from data.tokenizer import get_tokenizer
@@ -76,7 +77,7 @@ def test_copy_stub_scores_all_and_wrong_digit_scores_none(byte_tok, mode):
     wrong = passkey.run_passkey(CopyStub(wrong=True), byte_tok, lengths, depths=3, samples=2, mode=mode,
                                 chunk=50, progress=False)
     assert not any(r["correct"] for r in wrong)
-    _, by_length = passkey.accuracy_table(right)
+    _, by_length = evaluate.accuracy_table(right)
     assert all(a == 1.0 for a in by_length.values())
 
 
@@ -86,8 +87,8 @@ def test_multi_token_key_with_bpe(gpt2_tokenizer, mode):
     assert len(answer) > 1  # a BPE key spans several tokens: every one must be right
     def score(model):
         if mode == "teacher_forced":
-            return passkey.score_teacher_forced(model, [prompt], [answer], chunk=64)[0]
-        return passkey.score_generate(model, prompt, answer, chunk=64)
+            return evaluate.score_teacher_forced(model, [prompt], [answer], chunk=64)[0]
+        return evaluate.score_generate(model, prompt, answer, chunk=64)
     ok, pred = score(CopyStub(50257, n=4))
     assert ok and pred == answer
     # wrong at the last answer token only: still wrong as a whole
@@ -105,15 +106,15 @@ def tiny_gpt(pos="bam", ssmax=True, block_size=64):
 def test_chunked_prefill_matches_full_forward(byte_tok, chunk):
     model = tiny_gpt()
     prompt, answer = passkey_prompt(byte_tok, passkey_min_length(byte_tok) + 40, 0.5, 54321)
-    got = passkey.answer_logits(model, [prompt], [answer], chunk=chunk)[0]  # (A, V)
+    got = evaluate.answer_logits(model, [prompt], [answer], chunk=chunk)[0]  # (A, V)
     with torch.no_grad():
         full, _ = model(torch.tensor([prompt + answer]), keep_last=None)  # (1, T, V)
     P, A = len(prompt), len(answer)
     assert got.shape == (A, 257)
     torch.testing.assert_close(got, full[0, P - 1:P + A - 1], rtol=1e-4, atol=1e-4)
-    [(ok, pred)] = passkey.score_teacher_forced(model, [prompt], [answer], chunk=chunk)
+    [(ok, pred)] = evaluate.score_teacher_forced(model, [prompt], [answer], chunk=chunk)
     assert pred == full[0, P - 1:P + A - 1].argmax(-1).tolist() and ok == (pred == answer)
-    ok_g, pred_g = passkey.score_generate(model, prompt, answer, chunk=chunk)
+    ok_g, pred_g = evaluate.score_generate(model, prompt, answer, chunk=chunk)
     with torch.no_grad():  # greedy by hand: full forward over the growing sequence
         seq = list(prompt)
         for _ in answer:
@@ -128,7 +129,7 @@ def test_batched_prompts_of_different_lengths_match_one_at_a_time(byte_tok, pos,
     m = passkey_min_length(byte_tok)
     pairs = [passkey_prompt(byte_tok, m + extra, depth, key)
              for extra, depth, key in [(0, 0.0, 11111), (57, 0.4, 90210), (120, 1.0, 55501)]]
-    got = passkey.answer_logits(model, [p for p, _ in pairs], [a for _, a in pairs], chunk=40)
+    got = evaluate.answer_logits(model, [p for p, _ in pairs], [a for _, a in pairs], chunk=40)
     assert len({len(p) for p, _ in pairs}) == 3  # three different prompt lengths in one batch
     for (prompt, answer), g in zip(pairs, got):
         with torch.no_grad():
@@ -147,7 +148,7 @@ def test_determinism_and_output_files(byte_tok, tmp_path):
     assert [r["key"] for r in a if r["length"] == 500] == [r["key"] for r in c]  # same prompts, any length list
     assert [r["key"] for r in c] != [r["key"] for r in d]
     assert len({r["key"] for r in a}) > 1
-    paths = passkey.write_results(a, str(tmp_path / "pk.json"), {"title": "test"})
+    paths = evaluate.write_results(a, str(tmp_path / "pk.json"), {"title": "test"})
     assert all(os.path.getsize(p) > 0 for p in paths)
     assert json.load(open(paths[0]))["results"] == a
     assert open(paths[1]).readline().strip() == "length,n_tokens,depth,sample,key,answer,predicted,correct"
@@ -182,4 +183,4 @@ def test_learned_past_block_size_is_na(byte_tok):
     model = tiny_gpt(pos="learned", ssmax=False, block_size=256)
     res = passkey.run_passkey(model, byte_tok, [256, 512], depths=1, samples=1, progress=False)
     assert res[0]["correct"] is not None and res[1]["correct"] is None
-    assert "n/a" in passkey.format_table(res, 256)
+    assert "n/a" in evaluate.format_table(res, 256)
