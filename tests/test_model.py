@@ -10,7 +10,8 @@ from attention import SSMax, alibi_slopes, reference_attention
 from attention_bam import ggd_bias, bam_attention_ref
 from attention_fire import FIREBias
 from attention_tapa import tapa_scores, tapa_attention_ref
-from model import GPT, GPTConfig, POS_VARIANTS, apply_rope, sinusoidal_embedding
+from model import GPT, GPTConfig, POS_VARIANTS
+from position_embeddings import apply_rope, sinusoidal_embedding
 
 VARIANTS = [(pos, ss) for pos in POS_VARIANTS for ss in (False, True)]
 EXTRAPOLATING = [v for v in VARIANTS if v[0] != "learned"]
