@@ -4,9 +4,9 @@
 # passkey prompts. Prompts of 512 bytes: the smallest power of two that holds every task's template with some haystack
 # (multiquery needs 464 bytes, multikey 3's uuid needles 347; 320 holds neither), and the BAM paper's training length.
 # tokens per iteration = batch_size * block_size * gradient_accumulation_steps = 8 * 512 * 1 = 4,096;
-# 2,000 iterations = 8.2M tokens. Wall time, projected (not a full run): 20 iterations ran at 3,300 tokens/s on one
-# busy core, the passkey demo's at 3,250 beside them; that demo's 5.9M tokens take ~9 minutes on 2 free cores
-# (10.9k tokens/s), so these 8.2M take ~12.5 minutes, ~14 with the evaluations and making the set (seconds).
+# 2,000 iterations = 8.2M tokens, about 15 minutes on 2 cores (a run beside two passkey demos took 63 minutes
+# to their 45, and the passkey demo takes 11 alone). Status (docs/results.md, "RULER NIAH on CPU"): it learns the
+# formats but not yet the lookup (0% at 1x on every task, seed 1337): a recipe in progress, not a result.
 # No last phase on longer prompts (the passkey demo's): every iteration goes to the eight formats.
 out_dir = "out-niah"
 dataset = "niah_byte_512"
