@@ -22,6 +22,7 @@ from data.passkey import passkey_depths
 from data.tokenizer import get_tokenizer
 from model import load_checkpoint
 
+
 def parse_lengths(spec, block_size):
     """"1x,2x,512" -> [block_size, 2*block_size, 512]: multiples of block_size ("Nx") or token counts.
 
