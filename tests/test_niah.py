@@ -247,3 +247,22 @@ def test_prepare_data_makes_the_set_on_the_fly(essay, tmp_path):
     data_dir, meta = prepare_data(str(folder))
     assert meta["dataset"] == "niah" and meta["example_len"] == 481 and len(meta["tasks"]) == 8
     assert (folder / "train.bin").stat().st_size == 20000 * 481 * 2
+
+
+def test_preset_trains_on_passkey_prompts_then_on_niah_prompts(essay, tmp_path):
+    """config/niah_demo.py in one run: 320-byte passkey windows first (where the copy forms), then, from
+    phase_from, 512-byte NIAH windows of block_size (niah.py's 1x); here with a tiny model and phase_from=2."""
+    import train
+    from data.passkey import build_dataset
+    passkey_dir, niah_dir = tmp_path / "passkey_byte_320", tmp_path / "niah_byte_512"
+    build_dataset("byte", 320, n_train=16, n_val=4, seed=0, out_dir=str(passkey_dir))
+    gen.build_dataset("byte", 512, 16, 8, 0, str(niah_dir))
+    cfg = train.get_config([str(ROOT / "config" / "niah_demo.py"), "--n_layer=1", "--n_embd=32", "--eval_iters=1",
+                            "--device=cpu", "--max_iters=3", "--phase_from=2", "--eval_interval=1",
+                            f"--dataset={passkey_dir}", f"--phase_dataset={niah_dir}",
+                            f"--out_dir={tmp_path / 'out'}"], train.default_config())
+    assert (cfg["train_block_size"], cfg["block_size"], cfg["phase_train_block_size"]) == (320, 512, 512)
+    train.train(cfg)
+    log = (tmp_path / "out" / "log.txt").read_text()
+    assert "2,560 tokens per iteration" in log and f"phase from iteration 2 (phase_from=2): {niah_dir}" in log
+    assert "8 windows of 512 tokens (4,096 tokens per iteration)" in log
