@@ -8,7 +8,7 @@
 # holds every task's template with some haystack (multiquery needs 464 bytes, multikey 3's uuid needles 347), and
 # the BAM paper's training length.
 # tokens per iteration: 8 * 320 = 2,560 (passkey part), 8 * 512 = 4,096 (NIAH part); 2,800 iterations = 8.4M tokens,
-# about 15 minutes on 2 cores.
+# about 16 minutes on 2 cores (9.5 + 6.3, from the two parts' speeds alone: docs/results.md).
 out_dir = "out-niah"
 dataset = "passkey_byte_320"
 train_block_size = 320  # the passkey part's window; block_size (below) is the NIAH prompts', niah.py's 1x
