@@ -29,6 +29,7 @@ import shutil
 import time
 
 import numpy as np
+import torch
 
 from checkpoint import checkpoint_digest, read_checkpoint
 from configurator import InputError, positive_int, run_script, write_json
@@ -121,7 +122,7 @@ def passkey_row(pos, ssmax, seed, setting, args):
     prior = {k: [row and [round(x, 3) for x in row] for row in v] for k, v in model.prior_state().items()}
     return dict(passkey=[accuracy_table(results)[1][L] for L in lengths], prior=prior, block_size=block_size,
                 lr=DEMO["learning_rate"] * lr, val_loss=ckpt["history"][-1][2],
-                minutes=dict(train=t_train, eval=(time.time() - t0) / 60))
+                minutes=dict(train=t_train, eval=(time.time() - t0) / 60), threads=torch.get_num_threads())
 
 
 def plateau(history):
@@ -153,7 +154,7 @@ def lm_row(pos, ssmax, setting, args):
     drop, ok = plateau(ckpt["history"])
     return dict(ppl_full=ppl["full"], ppl_sliding=ppl["sliding"], val=[[it, v] for it, _, v in ckpt["history"]],
                 drop=drop, plateau=ok, block_size=model.config.block_size, lr=lr,
-                minutes=dict(train=t_train, eval=(time.time() - t0) / 60))
+                minutes=dict(train=t_train, eval=(time.time() - t0) / 60), threads=torch.get_num_threads())
 
 
 def main(argv=None):
@@ -325,8 +326,10 @@ def write_docs(rows, setting, docs, args):
             for n, s in pk.items() for seed, r in s.items() for key, per_layer in r["prior"].items()))
         f.write("".join(f"\n![learned prior, {n}](priors-{n}.png)\n" for n in ("bam", "bam+ssmax")
                         if os.path.isfile(os.path.join(docs, f"priors-{n}.png"))))
-        f.write("\n## Wall times (minutes, one thread a job; a reused or resumed run counts its last call)\n\n"
-                "Passkey training + evaluation (mean over seeds); LM training + evaluation.\n\n")
+        threads = sorted({r["threads"] for r in [*lm.values(), *(r for s in pk.values() for r in s.values())]})
+        f.write("\n## Wall times (minutes; a reused or resumed run counts its last call)\n\n"
+                f"Passkey training + evaluation (mean over seeds); LM training + evaluation. Torch threads a job: "
+                f"{', '.join(map(str, threads))}.\n\n")
         f.write("".join(f"- {n}: {minutes(list(pk.get(n, {}).values()))}; {minutes([lm[n]] if n in lm else [])}\n"
                         for n in order if n in pk or n in lm))
         total = sum(sum(r["minutes"].values()) for r in [*lm.values(), *(r for s in pk.values() for r in s.values())])

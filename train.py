@@ -35,7 +35,8 @@ from checkpoint import hold_out_dir, load_resume_checkpoint, prev_path, save_che
 from checks import NonFiniteError, build_model, check_data, check_settings, finite, nonfinite_message
 from data.batches import document_ids, get_batch, prepare_data
 from configurator import InputError, get_config, run_script
-from model import GPTConfig
+from attention_tapa import TAPA_PHASES
+from model import ATTN_IMPLS, POS_VARIANTS, GPTConfig
 from plots import plot_history, plot_priors
 
 # -----------------------------------------------------------------------------
@@ -640,7 +641,9 @@ def main():
     if any(arg in ("-h", "--help") for arg in argv):
         print(__doc__.strip() + "\n\nKeys and their defaults (the CPU demo: train.py's defaults, then "
               "config/cpu_demo.py):")
-        print("\n".join(f"  --{k}={v}" for k, v in demo_config().items()))
+        choices = dict(pos=POS_VARIANTS, attn_impl=ATTN_IMPLS, tapa_phase=TAPA_PHASES, init_from=("scratch", "resume"))
+        print("\n".join(f"  --{k}={v}" + (f"   (one of: {', '.join(choices[k])})" if k in choices else "")
+                        for k, v in demo_config().items()))
         return
     defaults = default_config()
     # no config file: the CPU demo (config/cpu_demo.py) under the command line's overrides

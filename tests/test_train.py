@@ -1,5 +1,7 @@
 """train.py: configurator, learning, exact resume, weights_only checkpoints, 2-process DDP."""
 import os
+import pathlib
+import re
 import subprocess
 import sys
 
@@ -8,7 +10,7 @@ import torch
 
 import train
 from data.shakespeare import prepare
-from model import load_checkpoint
+from model import POS_VARIANTS, load_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULTS = train.demo_config()  # the CPU demo's settings: what `python train.py` runs
@@ -334,3 +336,20 @@ def test_ddp_two_processes_gloo_resumes_exactly(tmp_path, shakespeare_byte):
     assert resumed["iter_num"] == 4
     for name, p in full["model"].items():
         assert torch.allclose(p, resumed["model"][name], atol=1e-6), name
+
+
+def test_readme_and_help_agree(capsys, monkeypatch):
+    """Every --key that the README's train.py commands and variant table name is one `python train.py --help` lists,
+    and the table's `--pos` rows are exactly the variants --help offers (model.POS_VARIANTS)."""
+    readme = (pathlib.Path(train.__file__).parent / "README.md").read_text()
+    monkeypatch.setattr(sys, "argv", ["train.py", "--help"])
+    train.main()
+    out = capsys.readouterr().out
+    listed = set(re.findall(r"^  --(\w+)=", out, flags=re.M))
+    lines = [line for line in readme.splitlines() if "train.py" in line or line.startswith("| `")]
+    named = {k for line in lines for k in re.findall(r"--(\w+)=", line)}
+    named -= {"nproc_per_node", "key"}  # torchrun's own key; the --key=value placeholder
+    assert named and named <= listed, f"the README names keys --help does not list: {sorted(named - listed)}"
+    offered = re.search(r"^  --pos=\w+ +\(one of: ([\w, ]+)\)$", out, flags=re.M).group(1).split(", ")
+    table = re.findall(r"^\| `(\w+)` \|", readme, flags=re.M)
+    assert table == offered == list(POS_VARIANTS), f"README's variant table {table}, --help {offered}"
