@@ -1,6 +1,7 @@
 """sweep.py --quick (tiny models): every variant end to end, partial calls merging their rows, finished runs reused;
 the mean and range over seeds, the LM half's plateau rule, and the errors."""
 import json
+import pathlib
 
 import pytest
 
@@ -117,3 +118,22 @@ def test_plateau_rule():
 def test_markdown_table_formats():
     table = markdown_table({"a": ["100%", "n/a"], "b": ["50%", "0%"]}, ["1x", "2x"])
     assert table.splitlines() == ["| variant | 1x | 2x |", "|---|---|---|", "| a | 100% | n/a |", "| b | 50% | 0% |"]
+
+
+def test_readme_passkey_table_is_the_sweeps():
+    """The README's passkey table (rows "| variant: flags | seeds | 1x | 4x | 16x | 64x | ...") says what
+    docs/sweep-recipe.json holds: each row's seeds, and at 1x, 4x, 16x and 64x the mean and range over them."""
+    root = pathlib.Path(sweep.ROOT)
+    rows = json.loads((root / "docs" / "sweep-recipe.json").read_text())["variants"]
+    names = [name_of(*v) for v in VARIANTS]
+    table = [line.split(" | ") for line in (root / "README.md").read_text().splitlines()
+             if line.startswith("| ") and line[2:].strip("*").split("*")[0].split(":")[0] in names]
+    assert table, "no passkey table in the README"
+    lengths = json.loads((root / "docs" / "sweep-recipe.json").read_text())["setting"]["passkey_lengths"]
+    for cells in table:
+        name = cells[0][2:].strip("*").split("*")[0].split(":")[0]
+        runs = rows[name]["passkey"]
+        assert cells[1] == ", ".join(runs), f"README's {name} row: seeds {cells[1]}, the sweep's {', '.join(runs)}"
+        for m, text in zip((1, 4, 16, 64), cells[2:6]):
+            i = lengths.index(m)
+            assert text == cell([r["passkey"][i] for r in runs.values()], len(runs)), f"README's {name} at {m}x"
