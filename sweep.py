@@ -326,13 +326,14 @@ def write_docs(rows, setting, docs, args):
             for n, s in pk.items() for seed, r in s.items() for key, per_layer in r["prior"].items()))
         f.write("".join(f"\n![learned prior, {n}](priors-{n}.png)\n" for n in ("bam", "bam+ssmax")
                         if os.path.isfile(os.path.join(docs, f"priors-{n}.png"))))
-        threads = sorted({r["threads"] for r in [*lm.values(), *(r for s in pk.values() for r in s.values())]})
+        runs = [*lm.values(), *(r for s in pk.values() for r in s.values())]  # every row, both halves
+        threads = sorted({r["threads"] for r in runs})
         f.write("\n## Wall times (minutes; a reused or resumed run counts its last call)\n\n"
                 f"Passkey training + evaluation (mean over seeds); LM training + evaluation. Torch threads a job: "
                 f"{', '.join(map(str, threads))}.\n\n")
         f.write("".join(f"- {n}: {minutes(list(pk.get(n, {}).values()))}; {minutes([lm[n]] if n in lm else [])}\n"
                         for n in order if n in pk or n in lm))
-        total = sum(sum(r["minutes"].values()) for r in [*lm.values(), *(r for s in pk.values() for r in s.values())])
+        total = sum(sum(r["minutes"].values()) for r in runs)
         f.write(f"- total: {total:.0f} minutes\n\n{reading}")
     print(f"wrote {path}")
 

@@ -124,14 +124,14 @@ def test_readme_passkey_table_is_the_sweeps():
     """The README's passkey table (rows "| variant: flags | seeds | 1x | 4x | 16x | 64x | ...") says what
     docs/sweep-recipe.json holds: each row's seeds, and at 1x, 4x, 16x and 64x the mean and range over them."""
     root = pathlib.Path(sweep.ROOT)
-    rows = json.loads((root / "docs" / "sweep-recipe.json").read_text())["variants"]
+    sweep_json = json.loads((root / "docs" / "sweep-recipe.json").read_text())
+    rows, lengths = sweep_json["variants"], sweep_json["setting"]["passkey_lengths"]
+    row_name = lambda line: line[2:].strip("*").split("*")[0].split(":")[0]  # "| **bam+ssmax**: ..." -> bam+ssmax
     names = [name_of(*v) for v in VARIANTS]
-    table = [line.split(" | ") for line in (root / "README.md").read_text().splitlines()
-             if line.startswith("| ") and line[2:].strip("*").split("*")[0].split(":")[0] in names]
+    table = [(row_name(line), line.split(" | ")) for line in (root / "README.md").read_text().splitlines()
+             if line.startswith("| ") and row_name(line) in names]
     assert table, "no passkey table in the README"
-    lengths = json.loads((root / "docs" / "sweep-recipe.json").read_text())["setting"]["passkey_lengths"]
-    for cells in table:
-        name = cells[0][2:].strip("*").split("*")[0].split(":")[0]
+    for name, cells in table:
         runs = rows[name]["passkey"]
         assert cells[1] == ", ".join(runs), f"README's {name} row: seeds {cells[1]}, the sweep's {', '.join(runs)}"
         for m, text in zip((1, 4, 16, 64), cells[2:6]):
