@@ -1,20 +1,25 @@
 """sweep.py --quick (tiny models): every variant end to end, partial calls merging their rows, finished runs reused;
 the mean and range over seeds, the LM half's plateau rule, and the errors."""
+import itertools
 import json
 import pathlib
+import re
 
 import pytest
 
 import sweep
+from checkpoint import read_checkpoint
 from configurator import InputError
 from passkey import run_passkey
 from sweep import VARIANTS, add_row, cell, markdown_table, name_of, plateau, spread
 
 
 def quick(tmp_path, shakespeare_path, *args, docs=""):
-    """One in-process call of `python sweep.py --quick ...` (--docs=tmp_path/docs); returns sweep-recipe.json's rows."""
+    """One in-process call of `python sweep.py --quick ...` (--docs=tmp_path/docs); returns the rows of
+    sweep-passkey.json ({variant: {seed: row}}) and of sweep-lm.json ({variant: row})."""
     sweep.main(["--quick", f"--out_dir={tmp_path}", f"--input={shakespeare_path}", f"--docs={tmp_path / docs}", *args])
-    return json.loads((tmp_path / docs / "sweep-recipe.json").read_text())["variants"]
+    read = lambda half: json.loads((tmp_path / docs / f"sweep-{half}.json").read_text())["variants"]
+    return read("passkey"), read("lm")
 
 
 def table_names(part):
@@ -23,19 +28,28 @@ def table_names(part):
 
 def test_quick_sweep_merges_and_reuses(tmp_path, shakespeare_path, capsys, monkeypatch):
     names = [name_of(*v) for v in VARIANTS]
-    rows = quick(tmp_path, shakespeare_path, "--seeds=1337")  # every variant, one seed, both halves
-    assert set(rows) == set(names) and all(list(r["passkey"]) == ["1337"] and "lm" in r for r in rows.values())
-    for r in rows.values():  # accuracies are fractions of the scored prompts
-        assert all(v is None or 0.0 <= v <= 1.0 for v in r["passkey"]["1337"]["passkey"])
-    assert rows["tapa"]["passkey"]["1337"]["lr"] == rows["rope"]["passkey"]["1337"]["lr"] / 5  # TAPA's paper: 5x lower
-    assert rows["tapa"]["lm"]["lr"] == rows["rope"]["lm"]["lr"] / 5
-    # the demo's last phase (QUICK: its last 2 of 4 steps), except for learned, which has no positions past 320
-    assert "phase from iteration 2" in (tmp_path / "passkey-bam+ssmax-s1337" / "log.txt").read_text()
+    pk, lm = quick(tmp_path, shakespeare_path, "--seeds=1337")  # every variant, one seed, both halves
+    assert set(pk) == set(lm) == set(names) and all(list(r) == ["1337"] for r in pk.values())
+    for r in pk.values():  # accuracies are fractions of the scored prompts, before the last phase and after it
+        assert all(v is None or 0.0 <= v <= 1.0 for key in ("passkey", "passkey_pre") for v in r["1337"][key])
+    assert pk["tapa"]["1337"]["lr"] == pk["rope"]["1337"]["lr"] / 5  # TAPA's paper: 5x lower
+    assert lm["tapa"]["lr"] == lm["rope"]["lr"] / 5 and all(r["iters"] == 4 for r in lm.values())
+    # the demo's last phase (QUICK: its last 2 of 4 steps), scored before it (pre-phase/: the run stopped at step 2,
+    # which the main run goes on from) and at the end; learned has no positions past 320: no phase
+    run = tmp_path / "passkey-bam+ssmax-s1337"
+    assert "phase from" not in (run / "pre-phase" / "log.txt").read_text()
+    assert "phase from iteration 2" in (run / "log.txt").read_text()
+    assert [read_checkpoint(str(p / "ckpt.pt"))["iter_num"] for p in (run / "pre-phase", run)] == [2, 4]
     assert "phase from" not in (tmp_path / "passkey-learned-s1337" / "log.txt").read_text()
     md = (tmp_path / "results.md").read_text()
     passkey_part, ppl_part = md.split("## Perplexity")
-    assert table_names(passkey_part) == [n + " (no last phase)" * (n == "learned") for n in names]
+    end_part, pre_part = passkey_part.split("### Before the last phase (step 2)")
+    label = lambda n: n + " (no last phase)" * (n == "learned")
+    assert table_names(end_part) == table_names(pre_part) == [label(n) for n in names]
     assert "| alibi | 1337 | " in passkey_part and "(1 seed)" in passkey_part.split("| alibi |")[1].splitlines()[0]
+    alibi_pre = pre_part.split("| alibi | ")[1].splitlines()[0].split(" | ")
+    assert alibi_pre[1:-1] == [cell([v], 3) for v in pk["alibi"]["1337"]["passkey_pre"]]
+    assert alibi_pre[-1] == f"{pk['alibi']['1337']['val_loss_pre']:.3f} |"
     assert table_names(ppl_part.split("## Learned")[0]) == names
     learned = ppl_part.split("| learned | ")[1].splitlines()[0].split(" | ")
     assert learned[1] == "n/a / n/a" and learned[-1].rstrip(" |") in ("yes", "**no**")  # 2x is past its positions
@@ -45,11 +59,11 @@ def test_quick_sweep_merges_and_reuses(tmp_path, shakespeare_path, capsys, monke
     # a second call runs a part: the first call's rows stay, and so does the hand-written part of results.md
     (tmp_path / "results.md").write_text(md + "## Reading\nwritten by hand\n")
     capsys.readouterr()
-    merged = quick(tmp_path, shakespeare_path, "--only=alibi,rope", "--seeds=1,1337", "--half=passkey")
+    merged, lm2 = quick(tmp_path, shakespeare_path, "--only=alibi,rope", "--seeds=1,1337", "--half=passkey")
     assert "alibi, seed 1337: in " in capsys.readouterr().out  # already there: not run again
-    assert merged["alibi"]["passkey"]["1337"] == rows["alibi"]["passkey"]["1337"]
-    assert list(merged["rope"]["passkey"]) == ["1337", "1"] and list(merged["alibi"]["passkey"]) == ["1337", "1"]
-    assert all(merged[n] == rows[n] for n in names if n not in ("alibi", "rope"))
+    assert merged["alibi"]["1337"] == pk["alibi"]["1337"] and lm2 == lm
+    assert list(merged["rope"]) == ["1337", "1"] and list(merged["alibi"]) == ["1337", "1"]
+    assert all(merged[n] == pk[n] for n in names if n not in ("alibi", "rope"))
     md = (tmp_path / "results.md").read_text()
     assert md.endswith("## Reading\nwritten by hand\n") and md.count("## Reading") == 1
     alibi = md.split("| alibi | ")[1].splitlines()[0]
@@ -57,18 +71,18 @@ def test_quick_sweep_merges_and_reuses(tmp_path, shakespeare_path, capsys, monke
     assert "(1 seed)" in md.split("| nope | ")[1].splitlines()[0]
 
     # reuse: a call writing elsewhere finds the checkpoints at their budget and the passkey results scored on them
-    ckpts = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/ckpt.pt")}
+    ckpts = {p: p.stat().st_mtime_ns for p in tmp_path.glob("**/ckpt.pt")}
     done = []
     monkeypatch.setattr(sweep, "run_passkey", lambda *a, **k: done.append(len(k["done"])) or run_passkey(*a, **k))
     capsys.readouterr()
-    again = quick(tmp_path, shakespeare_path, "--only=alibi", docs="other")
+    again, lm3 = quick(tmp_path, shakespeare_path, "--only=alibi", docs="other")
     out = capsys.readouterr().out
-    assert out.count("nothing to train") == 3 and "nanoPE: pos=" not in out  # 2 passkey seeds and the LM: no step
-    assert done == [4, 4]  # every prompt (2 lengths x 2 depths x 1 sample) of both seeds already scored
-    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/ckpt.pt")} == ckpts
-    for seed in ("1337", "1"):
-        assert again["alibi"]["passkey"][seed]["passkey"] == merged["alibi"]["passkey"][seed]["passkey"]
-    assert again["alibi"]["lm"]["ppl_full"] == rows["alibi"]["lm"]["ppl_full"]
+    assert out.count("nothing to train") == 5 and "nanoPE: pos=" not in out  # 2 seeds x (pre-phase, end) and the LM
+    assert done == [4, 4, 4, 4]  # every prompt (2 lengths x 2 depths x 1 sample) of both scorings of both seeds
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("**/ckpt.pt")} == ckpts
+    for seed, key in itertools.product(("1337", "1"), ("passkey", "passkey_pre")):
+        assert again["alibi"][seed][key] == merged["alibi"][seed][key]
+    assert lm3["alibi"]["ppl_full"] == lm["alibi"]["ppl_full"]
 
     # the errors, before anything runs
     with pytest.raises(InputError, match=r"unknown variant\(s\) nosuch in --only"):
@@ -76,20 +90,25 @@ def test_quick_sweep_merges_and_reuses(tmp_path, shakespeare_path, capsys, monke
     for bad in ("1,x", "1,1", ","):
         with pytest.raises(InputError, match="bad --seeds"):
             quick(tmp_path, shakespeare_path, f"--seeds={bad}")
-    with pytest.raises(InputError, match=r"holds a sweep of other settings: lm_iters=4 \(now 8\)"):
-        quick(tmp_path, shakespeare_path, "--lm_iters=8")
-    with pytest.raises(InputError, match="passkey-alibi-s1337 holds a run of other settings"):
+    with pytest.raises(InputError, match=r"sweep-lm.json holds alibi at 4 steps \(now 8\): delete its row"):
+        quick(tmp_path, shakespeare_path, "--lm_iters=8", "--only=alibi,rope")
+    with pytest.raises(InputError, match=r"sweep-passkey.json holds a sweep of other settings: passkey_iters=4 "
+                                         r"\(now 6\)"):
+        quick(tmp_path, shakespeare_path, "--passkey_iters=6", "--half=passkey")
+    quick(tmp_path, shakespeare_path, "--passkey_iters=6", "--half=lm", "--only=alibi")  # the other half's file only
+    with pytest.raises(InputError, match=r"passkey-alibi-s1337/pre-phase holds a run of other settings "
+                                         r"\(phase_from=2, lr_decay_iters=2\)"):
         quick(tmp_path, shakespeare_path, "--passkey_iters=6", "--only=alibi", "--seeds=1337", docs="third")
 
 
 def test_add_row_keeps_rows_written_meanwhile(tmp_path):
-    path = tmp_path / "sweep-recipe.json"
-    data = dict(setting={}, variants={"rope": {"passkey": {"1337": {"acc": 1}}}})  # as this process read it
-    other = {"rope": {"passkey": {"1337": {"acc": 1}, "1": {"acc": 2}}}, "alibi": {"passkey": {}, "lm": {"ppl": 3}}}
+    path = tmp_path / "sweep-passkey.json"
+    data = dict(setting={}, variants={"rope": {"1337": {"acc": 1}}})  # as this process read it
+    other = {"rope": {"1337": {"acc": 1}, "1": {"acc": 2}}, "alibi": {"7": {"acc": 3}}}
     path.write_text(json.dumps(dict(setting={}, variants=other)))  # what another process (another --only) wrote since
     add_row(str(path), data, "rope", "2", {"acc": 4})
-    add_row(str(path), data, "nope", "lm", {"ppl": 5})
-    other["rope"]["passkey"]["2"], other["nope"] = {"acc": 4}, {"passkey": {}, "lm": {"ppl": 5}}
+    add_row(str(path), data, "nope", None, {"ppl": 5})  # the LM half: one row a variant
+    other["rope"]["2"], other["nope"] = {"acc": 4}, {"ppl": 5}
     assert json.loads(path.read_text())["variants"] == other == data["variants"]
 
 
@@ -104,15 +123,27 @@ def test_mean_and_range_over_seeds():
 
 
 def test_plateau_rule():
-    flat = [[it, 0, 1.5 + 2.0 * 0.7 ** it] for it in range(21)]  # S = 20, evaluations every 1: 0.75 S = 15
-    drop, ok = plateau(flat)
-    assert ok and drop == pytest.approx((flat[15][2] - flat[20][2]) / flat[20][2])
-    falling = [[it, 0, 2.0 - 0.01 * it] for it in range(21)]  # 1.85 -> 1.80 over the last quarter: 2.8%
-    assert plateau(falling) == (pytest.approx(0.05 / 1.8), False)
-    overfit = [[it, 0, 1.5 + 0.01 * abs(it - 8)] for it in range(21)]  # lowest 1.50 at 8, 1.62 at S: 8% above
+    mean = lambda xs: sum(xs) / len(xs)
+    flat = [[it, 1.5 + 2.0 * 0.7 ** it] for it in range(21)]  # S = 20, evaluations every 1: 0.75 S = 15
+    drop, ok = plateau(flat)  # the means of the 3 evaluations ending at 15 and at 20
+    last = mean([v for _, v in flat[18:]])
+    assert ok and drop == pytest.approx((mean([v for _, v in flat[13:16]]) - last) / last)
+    falling = [[it, 2.0 - 0.01 * it] for it in range(21)]  # means 1.86 -> 1.81 over the last quarter: 2.8%
+    assert plateau(falling) == (pytest.approx(0.05 / 1.81), False)
+    overfit = [[it, 1.5 + 0.01 * abs(it - 8)] for it in range(21)]  # lowest mean 1.507 (7-9), 1.60 at the end
     assert not plateau(overfit)[1] and plateau(overfit)[0] < 0
-    coarse = [[0, 0, 5.0], [300, 0, 1.61], [600, 0, 1.60], [900, 0, 1.59]]  # 0.75 S = 675: the evaluation at 600
-    assert plateau(coarse) == (pytest.approx(0.01 / 1.59), True)
+    coarse = [[0, 1.62], [300, 1.61], [600, 1.60], [900, 1.59]]  # 0.75 S = 675: the 3 evaluations to 600
+    assert plateau(coarse) == (pytest.approx(0.01 / 1.60), True)
+    short = [[0, 1.7], [1, 1.6]]  # fewer evaluations than 3: the mean of those there are (0.75 S = 0.75: step 0)
+    assert plateau(short) == (pytest.approx((1.7 - 1.65) / 1.65), False)
+    # GGD-BAM + SSMax's 21 evaluations at S = 3,000 (docs/sweep-lm.json): the one at 0.75·S is 2.1% above the
+    # last, the means of 3 ending there and at S differ by 0.2%
+    noisy = [[150 * i, v] for i, v in enumerate([5.521, 2.103, 1.927, 1.831, 1.771, 1.72, 1.698, 1.648, 1.614, 1.602,
+                                                  1.591, 1.582, 1.577, 1.545, 1.527, 1.565, 1.521, 1.536, 1.533,
+                                                  1.562, 1.533])]
+    assert noisy[15] == [2250, 1.565] and (1.565 - 1.533) / 1.533 > 0.02
+    last = mean([1.533, 1.562, 1.533])
+    assert plateau(noisy) == (pytest.approx((mean([1.545, 1.527, 1.565]) - last) / last), True)
 
 
 def test_markdown_table_formats():
@@ -121,18 +152,22 @@ def test_markdown_table_formats():
 
 
 def test_readme_passkey_table_is_the_sweeps():
-    """The README's passkey table (rows "| variant: flags | seeds | 1x | 4x | 16x | 64x | ...") says what
-    docs/sweep-recipe.json holds: each row's seeds, and at 1x, 4x, 16x and 64x the mean and range over them."""
+    """The README's passkey table (rows "| variant: flags | seeds | 1x | 4x | 16x | 64x | ...") says what the
+    sweep file its caption names (docs/sweep-passkey*.json) holds: each row's seeds, and at 1x, 4x, 16x and 64x the
+    mean and range over them."""
     root = pathlib.Path(sweep.ROOT)
-    sweep_json = json.loads((root / "docs" / "sweep-recipe.json").read_text())
+    readme = (root / "README.md").read_text()
+    named = set(re.findall(r"\(docs/(sweep-passkey[\w-]*\.json)\)", readme))
+    assert len(named) == 1, f"the README should link one passkey sweep file, it links {sorted(named) or 'none'}"
+    sweep_json = json.loads((root / "docs" / named.pop()).read_text())
     rows, lengths = sweep_json["variants"], sweep_json["setting"]["passkey_lengths"]
     row_name = lambda line: line[2:].strip("*").split("*")[0].split(":")[0]  # "| **bam+ssmax**: ..." -> bam+ssmax
     names = [name_of(*v) for v in VARIANTS]
-    table = [(row_name(line), line.split(" | ")) for line in (root / "README.md").read_text().splitlines()
+    table = [(row_name(line), line.split(" | ")) for line in readme.splitlines()
              if line.startswith("| ") and row_name(line) in names]
     assert table, "no passkey table in the README"
     for name, cells in table:
-        runs = rows[name]["passkey"]
+        runs = rows[name]
         assert cells[1] == ", ".join(runs), f"README's {name} row: seeds {cells[1]}, the sweep's {', '.join(runs)}"
         for m, text in zip((1, 4, 16, 64), cells[2:6]):
             i = lengths.index(m)
