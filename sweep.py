@@ -14,8 +14,9 @@ at a budget of --passkey_iters steps (default 4,000: PASSKEY_BUDGET), the last 3
 learned without the last phase (--phase_from=None: no positions past 320; its last 300 steps stay on 320-byte
 prompts, at min_lr). Each run is scored twice, at 1x-64x with 5 depths x 4 samples: at the step where the last
 phase begins (the run stops there, in passkey-<name>-s<seed>/pre-phase/, and goes on from a copy) and at the end.
-LM half, one seed (1337) per variant (out_dir/lm-<name>/): the same model on tiny Shakespeare bytes (256-byte
-windows, 16 a batch, lr 1e-3, TAPA 2e-4) for --lm_iters steps S, evaluated every S/20; then perplexity on the
+LM half, one seed (1337) per variant (out_dir/lm-<name>-<S>/): the same model on tiny Shakespeare bytes (256-byte
+windows, 16 a batch, lr 1e-3, TAPA 2e-4) for S steps (3,000; NoPE 6,000: LM_ITERS; --lm_iters sets every
+variant's), evaluated every S/20; its row records S; then perplexity on the first ppl_tokens of the
 held-out 10% at 1x-16x, full windows and a sliding window of stride 256 (eval_ppl.py); PLATEAU_RULE on its log.
 
 Rows merge in docs/sweep-passkey.json (per variant and seed) and docs/sweep-lm.json (per variant), each with the
