@@ -15,14 +15,15 @@ learned without the last phase (--phase_from=None: no positions past 320; its la
 prompts, at min_lr). Each run is scored twice, at 1x-64x with 5 depths x 4 samples: at the step where the last
 phase begins (the run stops there, in passkey-<name>-s<seed>/pre-phase/, and goes on from a copy) and at the end.
 LM half, one seed (1337) per variant (out_dir/lm-<name>-<S>/): the same model on tiny Shakespeare bytes (256-byte
-windows, 16 a batch, lr 1e-3, TAPA 2e-4) for S steps (3,000; NoPE 6,000: LM_ITERS; --lm_iters sets every
-variant's), evaluated every S/20; its row records S; then perplexity on the first ppl_tokens of the
+windows, 16 a batch, lr 1e-3, TAPA 2e-4) for S steps (3,000; NoPE, NoPE + SSMax 6,000: LM_ITERS; --lm_iters sets
+every variant's), evaluated every S/20; its row records S; then perplexity on the first ppl_tokens of the
 held-out 10% at 1x-16x, full windows and a sliding window of stride 256 (eval_ppl.py); PLATEAU_RULE on its log.
 
 Rows merge in docs/sweep-passkey.json (per variant and seed) and docs/sweep-lm.json (per variant), each with the
-settings of its half (several processes may share them): a row there is not run again (delete it to redo it); a
-checkpoint at its budget is reused, an unfinished one resumed, a cut-short passkey scoring goes on. results.md's top
-part is rewritten, its hand-written part (from "## Reading" on) kept.
+settings of its half (several processes may share them): a row there is not run again (delete it to redo it), but
+an LM row at another S than asked is trained at that S and replaced; a checkpoint at its budget is reused, an
+unfinished one resumed, a cut-short passkey scoring goes on. results.md's top part is rewritten, its hand-written
+part (from "## Reading" on) kept.
 """
 
 import argparse
@@ -62,9 +63,10 @@ PLATEAU_RULE = ("the mean val loss of the last 3 evaluations is less than 2% bel
 # 1.89 (rope) and 2.33 / 2.17 / 2.03 / 1.93 (bam+ssmax) at steps 80 / 120 / 200 / 280, still 1.5-2% lower every 40.
 # A power law fitted to rope's (1.65 + 20.8·t^-0.79) puts the drop from 0.75·S to S at 0.6% for S = 3,000. Measured
 # at 3,000 (2026-12-03): rope, alibi, bam and bam+ssmax flat or a little past their lowest (-0.9% to +0.2% over the
-# last quarter), NoPE still falling (4.5%, val loss 2.01 against ~1.5). LM_ITERS gives a variant that needs it a
-# larger S, with its cosine; its row says its S. Cost: ~2.5 it/s on 2 threads alone, ~21 minutes a variant.
-LM_ITERS = {"nope": 6000}  # NoPE: 4.5% over the last quarter at 3,000; 6,000 is a guess the plateau rule checks
+# last quarter), NoPE and NoPE + SSMax still falling (4.5%, 4.6%; val loss 2.01, 1.87 against ~1.5). LM_ITERS
+# gives a variant that needs it a larger S, with its cosine; its row says its S. Cost: ~2.5-2.9 it/s on 2 threads
+# alone, ~20 minutes a variant at 3,000.
+LM_ITERS = {"nope": 6000, "nope+ssmax": 6000}  # 6,000: a guess that the plateau rule checks
 # PASSKEY_BUDGET, the passkey half's steps for every variant. At the demo's 2,300 (2,000 + the 300 of the last
 # phase; docs/results.md, "The sweep at the demo's 2,300 steps") the copy of RoPE (val loss 0.057 at 2,000), NoPE +
 # SSMax (0.081) and TAPA at lr/5 (0.137) had not formed; the copy is at val loss ~0.041. In the first sweep (lr 1e-3,
@@ -199,7 +201,7 @@ def main(argv=None):
     p.add_argument("--half", choices=["both", "passkey", "lm"], default="both", help="which half to run")
     p.add_argument("--passkey_iters", type=positive_int, help="every variant's passkey budget (default 4,000)")
     p.add_argument("--lm_iters", type=positive_int, help="the LM half's steps S, every variant's "
-                   "(default 3,000; NoPE 6,000: LM_ITERS)")
+                   "(default 3,000; NoPE and NoPE + SSMax 6,000: LM_ITERS)")
     p.add_argument("--out_dir", default=os.path.join(ROOT, "out-sweep"), help="checkpoints and raw results")
     p.add_argument("--input", default=None, help="a local tinyshakespeare.txt (default: ../shared, else download)")
     p.add_argument("--docs", default=None, help="results.md, sweep-passkey.json, sweep-lm.json, plots "
@@ -243,11 +245,6 @@ def main(argv=None):
                          f"--docs=DIR)")
     longer = {} if args.quick else LM_ITERS  # S per variant; --lm_iters: every variant's
     lm_iters = {name_of(*v): args.lm_iters or longer.get(name_of(*v), setting["lm_iters"]) for v in VARIANTS}
-    for name in only if "lm" in halves and not args.docs_only else []:  # a row at another S: before anything runs
-        row = data["lm"]["variants"].get(name)
-        if row and row["iters"] != lm_iters[name]:
-            raise InputError(f"{paths['lm']} holds {name} at {row['iters']:,} steps (now {lm_iters[name]:,}): "
-                             f"delete its row to train it at {lm_iters[name]:,}, or pass --lm_iters={row['iters']}")
     for folder in (docs, args.out_dir):
         os.makedirs(folder, exist_ok=True)
     for pos, ssmax in [] if args.docs_only else VARIANTS:
@@ -258,9 +255,13 @@ def main(argv=None):
                 continue
             add_row(paths["passkey"], data["passkey"], name, str(seed), passkey_row(pos, ssmax, seed, setting, args))
         if name in only and "lm" in halves:
-            if name in data["lm"]["variants"]:
+            row = data["lm"]["variants"].get(name)
+            if row and row["iters"] == lm_iters[name]:
                 print(f"{name}: in {paths['lm']} already (delete its row to run it again)")
-            else:
+            else:  # none yet, or one at another S (a variant that needed more steps): trained at S, replaced
+                if row:
+                    print(f"{name}: in {paths['lm']} at {row['iters']:,} steps, now {lm_iters[name]:,}: trained again "
+                          f"(its row stays until then)")
                 add_row(paths["lm"], data["lm"], name, None, lm_row(pos, ssmax, lm_iters[name], setting, args))
     write_docs(data["passkey"], data["lm"], docs, args)
 
@@ -367,8 +368,8 @@ def write_docs(pk_data, lm_data, docs, args):
                 f"prompts of {bs}-{DEMO['phase_train_block_size']:,} bytes, the cosine ending where they begin; seeds "
                 f"{', '.join(map(str, ps['seeds']))}. A cell: the mean over seeds (their range; none if every seed "
                 f"scored the same; the count if fewer than {n_seeds}). learned: no last phase (`--phase_from=None`: "
-                f"no positions past {bs}), n/a past 1x. Val loss: the run's last evaluation, mean over seeds (before the last phase on "
-                f"{bs}-byte prompts, at the end on the phase's).\n\n")
+                f"no positions past {bs}), n/a past 1x. Val loss: the run's last evaluation, mean over seeds "
+                f"(before the last phase on {bs}-byte prompts, at the end on the phase's).\n\n")
         if not pk:
             f.write("No rows yet at this budget.\n\n")
         for title, table, key in [(None, scored, "val_loss"), (f"### Before the last phase (step "

@@ -90,12 +90,15 @@ def test_quick_sweep_merges_and_reuses(tmp_path, shakespeare_path, capsys, monke
     for bad in ("1,x", "1,1", ","):
         with pytest.raises(InputError, match="bad --seeds"):
             quick(tmp_path, shakespeare_path, f"--seeds={bad}")
-    with pytest.raises(InputError, match=r"sweep-lm.json holds alibi at 4 steps \(now 8\): delete its row"):
-        quick(tmp_path, shakespeare_path, "--lm_iters=8", "--only=alibi,rope")
     with pytest.raises(InputError, match=r"sweep-passkey.json holds a sweep of other settings: passkey_iters=4 "
                                          r"\(now 6\)"):
         quick(tmp_path, shakespeare_path, "--passkey_iters=6", "--half=passkey")
-    quick(tmp_path, shakespeare_path, "--passkey_iters=6", "--half=lm", "--only=alibi")  # the other half's file only
+    # an LM row at another S (a variant that needs more steps) is trained again at that S and replaced; the
+    # passkey half's settings are not checked by a call of the LM half
+    _, longer = quick(tmp_path, shakespeare_path, "--passkey_iters=6", "--half=lm", "--only=alibi", "--lm_iters=8")
+    assert "sweep-lm.json at 4 steps, now 8: trained again" in capsys.readouterr().out
+    assert longer["alibi"]["iters"] == 8
+    assert [it for it, _ in longer["alibi"]["val"]] == list(range(9)) and longer["rope"] == lm["rope"]
     with pytest.raises(InputError, match=r"passkey-alibi-s1337/pre-phase holds a run of other settings "
                                          r"\(phase_from=2, lr_decay_iters=2\)"):
         quick(tmp_path, shakespeare_path, "--passkey_iters=6", "--only=alibi", "--seeds=1337", docs="third")
