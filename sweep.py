@@ -227,19 +227,15 @@ def main(argv=None):
     paths = {h: os.path.join(docs, f"sweep-{h}.json") for h in ("passkey", "lm")}  # the rows, beside results.md
     data = dict(passkey=dict(setting={k: setting[k] for k in PASSKEY_KEYS}, variants={}),
                 lm=dict(setting={k: setting[k] for k in LM_KEYS}, variants={}))
-    for half, path in paths.items() if not args.docs_only else ():  # the rows of earlier calls stay in the tables
-        if os.path.isfile(path):
-            with open(path) as f:
-                saved = json.load(f)
-            other = [f"{k}={v!r} (now {setting.get(k)!r})" for k, v in saved["setting"].items() if v != setting.get(k)]
-            if other and half in halves:
-                raise InputError(f"{path} holds a sweep of other settings: {', '.join(other)}; call with those, or "
-                                 f"write elsewhere (--docs=DIR --out_dir=DIR)")
-            data[half] = saved
-    for half, path in paths.items() if args.docs_only else ():  # the docs of each file's own settings
+    for half, path in paths.items():  # the rows of earlier calls stay in the tables
         if os.path.isfile(path):
             with open(path) as f:
                 data[half] = json.load(f)
+            other = [f"{k}={v!r} (now {setting.get(k)!r})" for k, v in data[half]["setting"].items()
+                     if v != setting.get(k)]
+            if other and half in halves and not args.docs_only:  # --docs_only: each file's own settings
+                raise InputError(f"{path} holds a sweep of other settings: {', '.join(other)}; call with those, or "
+                                 f"write elsewhere (--docs=DIR --out_dir=DIR)")
     if args.docs_only and not any(map(os.path.isfile, paths.values())):
         raise InputError(f"no {' or '.join(paths.values())} to write the docs from: run the sweep first (or pass "
                          f"--docs=DIR)")
@@ -391,8 +387,8 @@ def write_docs(pk_data, lm_data, docs, args):
                 f"{PLATEAU_RULE}.\n\n")
         f.write(markdown_table({n: [f"{ppl(a)} / {ppl(b)}" for a, b in zip(r["ppl_full"], r["ppl_sliding"])] + [
             f"{r['iters']:,}", f"{np.mean([v for _, v in r['val'][-PLATEAU_EVALS:]]):.3f}",
-            f"{100 * plateau(r['val'])[0]:.1f}%", "yes" if plateau(r["val"])[1] else "**no**"]
-            for n, r in lm.items()}, [f"{x}x" for x in ls["ppl_lengths"]] + [
+            f"{100 * drop:.1f}%", "yes" if ok else "**no**"]
+            for n, r in lm.items() for drop, ok in [plateau(r["val"])]}, [f"{x}x" for x in ls["ppl_lengths"]] + [
             "S", "val loss at S", "last-quarter drop", "plateau"]) if lm else "No rows yet.\n")
         f.write("\n![perplexity, full windows](ppl-full.png)\n![perplexity, sliding window](ppl-sliding.png)\n\n"
                 "## Learned positional parameters (passkey models)\n\n")
