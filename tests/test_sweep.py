@@ -154,6 +154,16 @@ def test_markdown_table_formats():
     assert table.splitlines() == ["| variant | 1x | 2x |", "|---|---|---|", "| a | 100% | n/a |", "| b | 50% | 0% |"]
 
 
+def readme_table(readme, header):
+    """The rows of the README's table whose header line starts with `header`: {first cell's variant name: cells}
+    ("| **bam+ssmax**: the demo | ..." -> "bam+ssmax"), cells split at " | " (the first keeps its "| ")."""
+    lines = readme.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(header)]
+    assert len(starts) == 1, f"the README should have one table under {header!r}, it has {len(starts)}"
+    rows = list(itertools.takewhile(lambda line: line.startswith("| "), lines[starts[0] + 2:]))
+    return {line[2:].strip("*").split("*")[0].split(":")[0].split(" |")[0]: line.split(" | ") for line in rows}
+
+
 def test_readme_passkey_table_is_the_sweeps():
     """The README's passkey table (rows "| variant: flags | seeds | 1x | 4x | 16x | 64x | ...") says what the
     sweep file its caption names (docs/sweep-passkey*.json) holds: each row's seeds, and at 1x, 4x, 16x and 64x the
@@ -164,14 +174,39 @@ def test_readme_passkey_table_is_the_sweeps():
     assert len(named) == 1, f"the README should link one passkey sweep file, it links {sorted(named) or 'none'}"
     sweep_json = json.loads((root / "docs" / named.pop()).read_text())
     rows, lengths = sweep_json["variants"], sweep_json["setting"]["passkey_lengths"]
-    row_name = lambda line: line[2:].strip("*").split("*")[0].split(":")[0]  # "| **bam+ssmax**: ..." -> bam+ssmax
-    names = [name_of(*v) for v in VARIANTS]
-    table = [(row_name(line), line.split(" | ")) for line in readme.splitlines()
-             if line.startswith("| ") and row_name(line) in names]
-    assert table, "no passkey table in the README"
-    for name, cells in table:
+    table = readme_table(readme, "| variant: `python train.py` + flags |")
+    assert sorted(table) == sorted(name_of(*v) for v in VARIANTS), "the README's passkey table: one row a variant"
+    for name, cells in table.items():
         runs = rows[name]
         assert cells[1] == ", ".join(runs), f"README's {name} row: seeds {cells[1]}, the sweep's {', '.join(runs)}"
         for m, text in zip((1, 4, 16, 64), cells[2:6]):
             i = lengths.index(m)
             assert text == cell([r["passkey"][i] for r in runs.values()], len(runs)), f"README's {name} at {m}x"
+
+
+def test_readme_perplexity_table_is_the_sweeps():
+    """The README's perplexity table (rows "| variant | steps | 1x | 4x | 16x |") says what docs/sweep-lm.json holds:
+    each row's steps S (marked "²" when the plateau rule fails), its full-window perplexity at 1x (the sliding window
+    is the same there) and "full / sliding" at 4x and 16x, to 2 decimals; "n/a" where the model has no positions."""
+    root = pathlib.Path(sweep.ROOT)
+    readme = (root / "README.md").read_text()
+    assert "(docs/sweep-lm.json)" in readme, "the README's perplexity caption should link docs/sweep-lm.json"
+    sweep_json = json.loads((root / "docs" / "sweep-lm.json").read_text())
+    rows, lengths = sweep_json["variants"], sweep_json["setting"]["ppl_lengths"]
+    table = readme_table(readme, "| variant | steps |")
+    assert sorted(table) == sorted(rows) == sorted(name_of(*v) for v in VARIANTS), "one row a variant"
+    two = lambda x: "n/a" if x is None else f"{x:.2f}"
+    for name, cells in table.items():
+        row = rows[name]
+        assert cells[1] == f"{row['iters']:,}" + " ²" * (not plateau(row["val"])[1]), f"README's {name}: steps"
+        assert row["ppl_full"][0] == row["ppl_sliding"][0] and cells[2] == two(row["ppl_full"][0]), f"{name} at 1x"
+        for m, text in zip((4, 16), cells[3:5]):
+            full, sliding = row["ppl_full"][lengths.index(m)], row["ppl_sliding"][lengths.index(m)]
+            assert text.rstrip(" |") == (two(full) if full is None else f"{two(full)} / {two(sliding)}"), \
+                f"README's {name} at {m}x"
+
+
+def test_readme_is_short():
+    """Issue 27's target: the README a newcomer finishes, at most 150 lines (the lab notes live in docs/)."""
+    lines = (pathlib.Path(sweep.ROOT) / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines; move detail to docs/ (at most 150)"
