@@ -69,15 +69,21 @@ def plot_priors(prior_history, block_size, path):
 
 
 def plot_lines(table, lengths, ylabel, path, logy=False):
-    """One line per variant: table[name][i] against lengths (multiples of block_size), log-x. Saves a PNG."""
+    """One line per variant against lengths (multiples of block_size), log-x; saves a PNG. table[name][i], the
+    value at lengths[i]: a number, None (not scored: no point), or a list of one value per seed (None entries
+    skipped), drawn as their mean with their range shaded."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, (name, values) in enumerate(table.items()):
-        pts = [(x, y) for x, y in zip(lengths, values) if y is not None]
+        per_length = [[y for y in (v if isinstance(v, list) else [v]) if y is not None] for v in values]
+        pts = [(x, np.mean(ys), min(ys), max(ys)) for x, ys in zip(lengths, per_length) if ys]
         if pts:  # 10 colours: the 11th variant on takes a square marker, so no two lines look alike
-            ax.plot(*zip(*pts), marker="o" if i < 10 else "s", label=name, ls="--" if "ssmax" in name else "-")
+            x, mean, lo, hi = zip(*pts)
+            line, = ax.plot(x, mean, marker="o" if i < 10 else "s", label=name, ls="--" if "ssmax" in name else "-")
+            if lo != hi:
+                ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [f"{x}x" for x in lengths])
     if logy:

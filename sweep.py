@@ -1,6 +1,7 @@
 """
 The papers' comparison at CPU scale (SPEC §7) at the CPU demo's recipe: the 12 positional variants, 3 seeds each,
-passkey retrieval against length; and a language model per variant trained to its plateau, perplexity against length.
+passkey retrieval against length; and a language model per variant and seed trained to its plateau, perplexity
+against length.
 
     python sweep.py                                # all of it (hours: "Wall times" in docs/results.md)
     python sweep.py --only=alibi,rope --seeds=1    # a part: finished runs are reused, every other row kept
@@ -14,12 +15,12 @@ at a budget of --passkey_iters steps (default 4,000: PASSKEY_BUDGET), the last 3
 learned without the last phase (--phase_from=None: no positions past 320; its last 300 steps stay on 320-byte
 prompts, at min_lr). Each run is scored twice, at 1x-64x with 5 depths x 4 samples: at the step where the last
 phase begins (the run stops there, in passkey-<name>-s<seed>/pre-phase/, and goes on from a copy) and at the end.
-LM half, one seed (1337) per variant (out_dir/lm-<name>-<S>/): the same model on tiny Shakespeare bytes (256-byte
-windows, 16 a batch, lr 1e-3, TAPA 2e-4) for S steps (3,000; NoPE, NoPE + SSMax, TAPA 12,000: LM_ITERS;
+LM half, per variant and seed (out_dir/lm-<name>-s<seed>-<S>/): the same model on tiny Shakespeare bytes
+(256-byte windows, 16 a batch, lr 1e-3, TAPA 2e-4) for S steps (3,000; NoPE, NoPE + SSMax, TAPA 12,000: LM_ITERS;
 --lm_iters sets every variant's), evaluated every S/20; its row records S; then perplexity on the first ppl_tokens
 of the held-out 10% at 1x-16x, full windows and a sliding window of stride 256 (eval_ppl.py); PLATEAU_RULE on its log.
 
-Rows merge in docs/sweep-passkey.json (per variant and seed) and docs/sweep-lm.json (per variant), each with the
+Rows merge in docs/sweep-passkey.json and docs/sweep-lm.json (per variant and seed), each with the
 settings of its half (several processes may share them): a row there is not run again (delete it to redo it), but
 an LM row at another S than asked is trained at that S and replaced; a checkpoint at its budget is reused, an
 unfinished one resumed, a cut-short passkey scoring goes on. results.md's top part is rewritten, its hand-written
@@ -27,8 +28,10 @@ part (from "## Reading" on) kept.
 """
 
 import argparse
+import itertools
 import json
 import os
+import pathlib
 import shutil
 import time
 
@@ -36,7 +39,7 @@ import numpy as np
 import torch
 
 from checkpoint import checkpoint_digest, read_checkpoint
-from configurator import InputError, positive_int, run_script, write_json
+from configurator import InputError, positive_int, run_script, write_atomic, write_json
 import train
 from data.shakespeare import load_text, prepare
 from eval_ppl import evaluate_ppl
@@ -49,7 +52,6 @@ VARIANTS = [("nope", False), ("nope", True), ("sinusoidal", False), ("learned", 
             ("rope", True), ("alibi", False), ("alibi", True), ("bam", False), ("bam", True), ("tapa", False),
             ("fire", False)]
 LR_FACTOR = {"tapa": 0.2}  # TAPA trains at 1/5 of the learning rate (the TAPA paper's ratio to its RoPE baseline)
-LM_SEED = 1337  # the LM half's one seed
 ROOT = os.path.dirname(os.path.abspath(__file__))
 SHAKESPEARE_LOCAL = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
 DEMO = train.demo_config()
@@ -77,7 +79,7 @@ LM_ITERS = {"nope": 12000, "nope+ssmax": 12000, "tapa": 12000}  # a guess that t
 # still be short of it (its val loss before the last phase says so).
 PASSKEY_BUDGET = 4000
 PASSKEY_KEYS = ("seeds", "passkey_iters", "phase_iters", "passkey_lengths", "depths", "samples", "model")
-LM_KEYS = ("lm_lr", "lm_block", "stride", "ppl_lengths", "ppl_tokens", "model")  # each half's settings (S: per row)
+LM_KEYS = ("seeds", "lm_lr", "lm_block", "stride", "ppl_lengths", "ppl_tokens", "model")  # each half's (S: per row)
 FULL = dict(seeds=[1337, 1, 2], passkey_iters=PASSKEY_BUDGET, phase_iters=DEMO["max_iters"] - DEMO["phase_from"],
             passkey_lengths=[1, 2, 4, 8, 16, 32, 64], depths=5, samples=4,
             lm_iters=3000, lm_lr=1e-3, lm_block=256, stride=256, ppl_lengths=[1, 2, 4, 8, 16], ppl_tokens=16384,
@@ -172,17 +174,17 @@ def plateau(val):
     return drop, bool(drop < PLATEAU_TOL and last <= (1 + PLATEAU_TOL) * min(map(mean, range(len(val)))))
 
 
-def lm_row(pos, ssmax, S, setting, args):
-    """Train (or reuse) one variant S steps on tiny Shakespeare (out_dir/lm-<name>-<S>), then perplexity at every
-    length in both modes; its row."""
+def lm_row(pos, ssmax, seed, S, setting, args):
+    """Train (or reuse) one variant at one seed S steps on tiny Shakespeare (out_dir/lm-<name>-s<seed>-<S>), then
+    perplexity at every length in both modes; its row."""
     name, lr = name_of(pos, ssmax), setting["lm_lr"] * LR_FACTOR.get(pos, 1.0)
     data_dir = shakespeare_dir(os.path.join(args.out_dir if args.quick else os.path.join(ROOT, "data"),
                                             "shakespeare_byte"), args.input)
     model, ckpt, t_train = train_run(
-        [f"--pos={pos}", f"--ssmax={ssmax}", f"--seed={LM_SEED}"] + setting["model"] +
+        [f"--pos={pos}", f"--ssmax={ssmax}", f"--seed={seed}"] + setting["model"] +
         [f"--dataset={data_dir}", "--phase_from=None", f"--block_size={setting['lm_block']}", "--batch_size=16",
          f"--learning_rate={lr}", f"--max_iters={S}", f"--lr_decay_iters={S}", f"--eval_interval={max(1, S // 20)}"],
-        os.path.join(args.out_dir, f"lm-{name}-{S}"))
+        os.path.join(args.out_dir, f"lm-{name}-s{seed}-{S}"))
     val, t0 = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r"), time.time()
     ppl = dict(full=[], sliding=[])
     for m in setting["ppl_lengths"]:
@@ -199,7 +201,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a reduced sweep for the tests (tiny models, 1x-2x, 2 seeds)")
     p.add_argument("--only", default=None, help="comma-separated variant names (e.g. bam+ssmax,alibi); default all")
-    p.add_argument("--seeds", default=None, help="comma-separated seeds of the passkey half (default 1337,1,2)")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds, both halves (default 1337,1,2)")
     p.add_argument("--half", choices=["both", "passkey", "lm"], default="both", help="which half to run")
     p.add_argument("--passkey_iters", type=positive_int, help="every variant's passkey budget (default 4,000)")
     p.add_argument("--lm_iters", type=positive_int, help="the LM half's steps S, every variant's "
@@ -245,35 +247,28 @@ def main(argv=None):
     lm_iters = {name_of(*v): args.lm_iters or longer.get(name_of(*v), setting["lm_iters"]) for v in VARIANTS}
     for folder in (docs, args.out_dir):
         os.makedirs(folder, exist_ok=True)
-    for pos, ssmax in [] if args.docs_only else VARIANTS:
+    chosen = [v for v in VARIANTS if name_of(*v) in only and not args.docs_only]
+    for (pos, ssmax), half, seed in itertools.product(chosen, halves, seeds):
         name = name_of(pos, ssmax)
-        for seed in seeds if name in only and "passkey" in halves else []:
-            if str(seed) in data["passkey"]["variants"].get(name, {}):
-                print(f"{name}, seed {seed}: in {paths['passkey']} already (delete its row to run it again)")
-                continue
-            add_row(paths["passkey"], data["passkey"], name, str(seed), passkey_row(pos, ssmax, seed, setting, args))
-        if name in only and "lm" in halves:
-            row = data["lm"]["variants"].get(name)
-            if row and row["iters"] == lm_iters[name]:
-                print(f"{name}: in {paths['lm']} already (delete its row to run it again)")
-            else:  # none yet, or one at another S (a variant that needed more steps): trained at S, replaced
-                if row:
-                    print(f"{name}: in {paths['lm']} at {row['iters']:,} steps, now {lm_iters[name]:,}: trained again "
-                          f"(its row stays until then)")
-                add_row(paths["lm"], data["lm"], name, None, lm_row(pos, ssmax, lm_iters[name], setting, args))
+        row = data[half]["variants"].get(name, {}).get(str(seed))
+        if row and (half == "passkey" or row["iters"] == lm_iters[name]):
+            print(f"{name}, seed {seed}: in {paths[half]} already (delete its row to run it again)")
+            continue
+        if row:  # an LM row at another S (a variant that needed more steps): trained at S, replaced
+            print(f"{name}, seed {seed}: in {paths['lm']} at {row['iters']:,} steps, now {lm_iters[name]:,}: trained "
+                  f"again (its row stays until then)")
+        add_row(paths[half], data[half], name, str(seed), passkey_row(pos, ssmax, seed, setting, args)
+                if half == "passkey" else lm_row(pos, ssmax, seed, lm_iters[name], setting, args))
     write_docs(data["passkey"], data["lm"], docs, args)
 
 
 def add_row(path, data, name, seed, row):
-    """data["variants"][name][seed] = row (seed None: data["variants"][name] = row), written to the JSON at path,
-    re-read first: rows that another sweep.py process (another --only) wrote there meanwhile stay."""
+    """data["variants"][name][seed] = row, written to the JSON at path, re-read first: rows that another sweep.py
+    process (another --only) wrote there meanwhile stay."""
     if os.path.isfile(path):
         with open(path) as f:
             data["variants"] = json.load(f)["variants"]
-    if seed is None:
-        data["variants"][name] = row
-    else:
-        data["variants"].setdefault(name, {})[seed] = row
+    data["variants"].setdefault(name, {})[seed] = row
     write_json(path, data)
 
 
@@ -283,14 +278,21 @@ def spread(values):
     return (sum(xs) / len(xs), min(xs), max(xs), len(xs)) if xs else (None, None, None, 0)
 
 
-def cell(values, n_seeds):
-    """A passkey cell: the mean over seeds and their range, "97% (90–100)"; "100%" if every seed got 100%; the count
+def ppl_text(x):
+    """A perplexity to 2 decimals (3.2e+04 past 10,000); "n/a" for None."""
+    return "n/a" if x is None else (f"{x:.2f}" if x < 1e4 else f"{x:.2e}")
+
+
+def cell(values, n_seeds, percent=True):
+    """A table cell of one value per seed (accuracies in [0, 1], or perplexities if not percent): the mean and the
+    range, "97% (90–100)", "4.11 (4.05–4.20)"; no range if every seed's value prints the same ("100%"); the count
     if not n_seeds seeds ("100% (1 seed)", "95% (90–100, 2 seeds)"); "n/a" if no seed scored it."""
     mean, lo, hi, n = spread(values)
     if n == 0:
         return "n/a"
-    notes = [f"{100 * lo:.0f}–{100 * hi:.0f}"] * (lo != hi) + [f"{n} seed{'s' * (n > 1)}"] * (n != n_seeds)
-    return f"{100 * mean:.0f}%" + (f" ({', '.join(notes)})" if notes else "")
+    text = (lambda x: f"{100 * x:.0f}") if percent else ppl_text
+    notes = [f"{text(lo)}–{text(hi)}"] * (text(lo) != text(hi)) + [f"{n} seed{'s' * (n > 1)}"] * (n != n_seeds)
+    return text(mean) + "%" * percent + (f" ({', '.join(notes)})" if notes else "")
 
 
 def markdown_table(table, columns):
@@ -299,43 +301,22 @@ def markdown_table(table, columns):
             "".join(f"| {name} | " + " | ".join(cells) + " |\n" for name, cells in table.items()))
 
 
-def plot_passkey(table, lengths, path):
-    """Passkey accuracy (table: {variant: [[each seed's] per length]}) against length to a PNG, seeds' range shaded."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, (name, per_length) in enumerate(table.items()):
-        pts = [(x,) + spread(v)[:3] for x, v in zip(lengths, per_length) if spread(v)[3]]
-        if pts:  # 10 colours: the 11th variant on takes a square marker
-            x, mean, lo, hi = zip(*pts)
-            line, = ax.plot(x, mean, marker="o" if i < 10 else "s", ls="--" if "ssmax" in name else "-", label=name)
-            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(lengths, [f"{x}x" for x in lengths])
-    ax.set(xlabel="context length (multiple of the training length)", ylabel="passkey accuracy (band: seeds' range)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def write_docs(pk_data, lm_data, docs, args):
     """results.md (tables, plots, times; its hand-written part from "## Reading" on is kept) and the PNGs, from the
-    passkey half's and the LM half's {setting, variants} (sweep-passkey.json, sweep-lm.json)."""
+    passkey half's and the LM half's {setting, variants} (sweep-passkey.json, sweep-lm.json: {variant: {seed: row}}).
+    results.md is written whole or not at all (write_atomic)."""
     order = [name_of(*v) for v in VARIANTS]
-    pk = {n: pk_data["variants"][n] for n in order if pk_data["variants"].get(n)}  # {variant: {seed: row}}
-    lm = {n: lm_data["variants"][n] for n in order if n in lm_data["variants"]}  # {variant: row}
+    pk, lm = ({n: d["variants"][n] for n in order if d["variants"].get(n)} for d in (pk_data, lm_data))
     ps, ls, bs = pk_data["setting"], lm_data["setting"], DEMO["block_size"]
     n_seeds, lengths, tail = len(ps["seeds"]), ps["passkey_lengths"], ps["phase_iters"]
-    per_seed = lambda key: {n: [[r[key][i] for r in s.values() if key in r] for i in range(len(lengths))]
-                            for n, s in pk.items()}
-    scored, scored_pre = per_seed("passkey"), per_seed("passkey_pre")
+    per_seed = lambda rows, key, n: {v: [[r[key][i] for r in s.values() if key in r] for i in range(n)]
+                                     for v, s in rows.items()}  # {variant: [[each seed's value] per length]}
+    scored, scored_pre = per_seed(pk, "passkey", len(lengths)), per_seed(pk, "passkey_pre", len(lengths))
+    ppl = {mode: per_seed(lm, f"ppl_{mode}", len(ls["ppl_lengths"])) for mode in ("full", "sliding")}
     if pk:
-        plot_passkey(scored, lengths, os.path.join(docs, "passkey.png"))
+        plot_lines(scored, lengths, "passkey accuracy (band: seeds' range)", os.path.join(docs, "passkey.png"))
     for mode in ("full", "sliding") if lm else ():
-        plot_lines({n: r[f"ppl_{mode}"] for n, r in lm.items()}, ls["ppl_lengths"], f"perplexity (bytes, {mode})",
+        plot_lines(ppl[mode], ls["ppl_lengths"], f"perplexity (bytes, {mode}; band: seeds' range)",
                    os.path.join(docs, f"ppl-{mode}.png"), logy=True)
     # heatmaps (of a variant's first seed): bam+ssmax and the baseline with the best mean accuracy from 8x on
     far = [i for i, m in enumerate(lengths) if m >= 8] or [0]
@@ -350,65 +331,69 @@ def write_docs(pk_data, lm_data, docs, args):
     path = os.path.join(docs, "results.md")
     text = open(path).read() if os.path.isfile(path) else ""
     reading = text[text.index("## Reading"):] if "## Reading" in text else ""
-    ppl = lambda x: "n/a" if x is None else (f"{x:.2f}" if x < 1e4 else f"{x:.2e}")
     minutes = lambda rs: " + ".join(f"{np.mean([r['minutes'][k] for r in rs]):.1f}" for k in ("train", "eval")) if rs \
         else "-"
     val_loss = lambda s, key: f"{np.mean([r[key] for r in s.values()]):.3f}" if all(key in r for r in s.values()) \
         else "-"
     label = lambda n: n + " (no last phase)" * (n == "learned")
-    with open(path, "w") as f:
-        f.write(f"# Results: every variant at the demo's recipe\n\nMade by `python sweep.py{' --quick' * args.quick}` "
-                f"(in parts: `--only`, `--seeds`, `--half`), last written {time.strftime('%Y-%m-%d')}; the rows are in "
-                f"sweep-passkey.json and sweep-lm.json. The models are the CPU demo's (`config/cpu_demo.py`), TAPA "
-                f"at 1/5 of its learning rates (its paper's ratio to RoPE).\n\n## Passkey retrieval (teacher-forced, "
-                f"{ps['depths']} depths x {ps['samples']} samples per length; training length {bs} bytes)\n\n"
-                f"Budget: {ps['passkey_iters']:,} steps for every variant (`--passkey_iters`), the last {tail} on "
-                f"prompts of {bs}-{DEMO['phase_train_block_size']:,} bytes, the cosine ending where they begin; seeds "
-                f"{', '.join(map(str, ps['seeds']))}. A cell: the mean over seeds (their range; none if every seed "
-                f"scored the same; the count if fewer than {n_seeds}). learned: no last phase (`--phase_from=None`: "
-                f"no positions past {bs}), n/a past 1x. Val loss: the run's last evaluation, mean over seeds "
-                f"(before the last phase on {bs}-byte prompts, at the end on the phase's).\n\n")
-        if not pk:
-            f.write("No rows yet at this budget.\n\n")
-        for title, table, key in [(None, scored, "val_loss"), (f"### Before the last phase (step "
-                                  f"{ps['passkey_iters'] - tail:,}), the same runs\n\n", scored_pre, "val_loss_pre")]:
-            rows = {n: v for n, v in table.items() if any(v)}
-            if rows:
-                f.write((title or "") + markdown_table({label(n): [", ".join(s for s, r in pk[n].items() if key in r)]
-                                                        + [cell(v, n_seeds) for v in rows[n]] + [val_loss(pk[n], key)]
-                                                        for n in rows},
-                                                       ["seeds"] + [f"{x}x" for x in lengths] + ["val loss"]))
-                f.write("\n![passkey accuracy against length](passkey.png)\n\n" * (title is None) + "".join(
-                    f"![passkey heatmap, {n} (seed {next(iter(pk[n]))})](heatmap-{n}.png)\n" for n in heatmaps
-                    if title is None) + "\n")
-        f.write(f"## Perplexity on held-out tiny Shakespeare (bytes; one seed, {LM_SEED})\n\nS steps (`--lm_iters`; "
-                f"lr {ls['lm_lr']:g}, TAPA 1/5 of it; {ls['lm_block']}-byte windows, 16 a batch, the cosine to S), "
-                f"evaluated every S/20. A cell: full windows / sliding window of stride {ls['stride']} (only the last "
-                f"{ls['stride']} targets of a window scored; at 1x the same), {ls['ppl_tokens']:,} scored tokens per "
-                f"length. Val loss at S: the mean of the last {PLATEAU_EVALS} evaluations. Plateau: "
-                f"{PLATEAU_RULE}.\n\n")
-        f.write(markdown_table({n: [f"{ppl(a)} / {ppl(b)}" for a, b in zip(r["ppl_full"], r["ppl_sliding"])] + [
-            f"{r['iters']:,}", f"{np.mean([v for _, v in r['val'][-PLATEAU_EVALS:]]):.3f}",
-            f"{100 * drop:.1f}%", "yes" if ok else "**no**"]
-            for n, r in lm.items() for drop, ok in [plateau(r["val"])]}, [f"{x}x" for x in ls["ppl_lengths"]] + [
-            "S", "val loss at S", "last-quarter drop", "plateau"]) if lm else "No rows yet.\n")
-        f.write("\n![perplexity, full windows](ppl-full.png)\n![perplexity, sliding window](ppl-sliding.png)\n\n"
-                "## Learned positional parameters (passkey models)\n\n")
-        f.write("".join(f"- {n}, seed {seed}, {train.PRIOR_NAMES[key]}: " + "; ".join(
-            f"layer {i}: {v}" for i, v in enumerate(per_layer) if v is not None) + "\n"
-            for n, s in pk.items() for seed, r in s.items() for key, per_layer in r["prior"].items()) or
-                "No rows yet.\n")
-        f.write("".join(f"\n![learned prior, {n}](priors-{n}.png)\n" for n in ("bam", "bam+ssmax")
-                        if os.path.isfile(os.path.join(docs, f"priors-{n}.png"))))
-        runs = [*lm.values(), *(r for s in pk.values() for r in s.values())]  # every row, both halves
-        threads = sorted({r["threads"] for r in runs})
-        f.write("\n## Wall times (minutes; a reused or resumed run counts its last call)\n\n"
-                f"Passkey training + evaluation (mean over seeds; both scorings); LM training + evaluation. Torch "
-                f"threads a job: {', '.join(map(str, threads))}.\n\n")
-        f.write("".join(f"- {n}: {minutes(list(pk.get(n, {}).values()))}; {minutes([lm[n]] if n in lm else [])}\n"
-                        for n in order if n in pk or n in lm))
-        total = sum(sum(r["minutes"].values()) for r in runs)
-        f.write(f"- total: {total:.0f} minutes\n\n{reading}")
+    out = [f"# Results: every variant at the demo's recipe\n\nMade by `python sweep.py{' --quick' * args.quick}` "
+           f"(in parts: `--only`, `--seeds`, `--half`), last written {time.strftime('%Y-%m-%d')}; the rows are in "
+           f"sweep-passkey.json and sweep-lm.json. The models are the CPU demo's (`config/cpu_demo.py`), TAPA "
+           f"at 1/5 of its learning rates (its paper's ratio to RoPE).\n\n## Passkey retrieval (teacher-forced, "
+           f"{ps['depths']} depths x {ps['samples']} samples per length; training length {bs} bytes)\n\n"
+           f"Budget: {ps['passkey_iters']:,} steps for every variant (`--passkey_iters`), the last {tail} on "
+           f"prompts of {bs}-{DEMO['phase_train_block_size']:,} bytes, the cosine ending where they begin; seeds "
+           f"{', '.join(map(str, ps['seeds']))}. A cell: the mean over seeds (their range; none if every seed "
+           f"scored the same; the count if fewer than {n_seeds}). learned: no last phase (`--phase_from=None`: "
+           f"no positions past {bs}), n/a past 1x. Val loss: the run's last evaluation, mean over seeds "
+           f"(before the last phase on {bs}-byte prompts, at the end on the phase's).\n\n"]
+    if not pk:
+        out.append("No rows yet at this budget.\n\n")
+    for title, table, key in [(None, scored, "val_loss"), (f"### Before the last phase (step "
+                              f"{ps['passkey_iters'] - tail:,}), the same runs\n\n", scored_pre, "val_loss_pre")]:
+        rows = {n: v for n, v in table.items() if any(v)}
+        if rows:
+            out.append((title or "") + markdown_table({label(n): [", ".join(s for s, r in pk[n].items() if key in r)]
+                                                       + [cell(v, n_seeds) for v in rows[n]] + [val_loss(pk[n], key)]
+                                                       for n in rows},
+                                                      ["seeds"] + [f"{x}x" for x in lengths] + ["val loss"]))
+            out.append("\n![passkey accuracy against length](passkey.png)\n\n" * (title is None) + "".join(
+                f"![passkey heatmap, {n} (seed {next(iter(pk[n]))})](heatmap-{n}.png)\n" for n in heatmaps
+                if title is None) + "\n")
+    out.append(f"## Perplexity on held-out tiny Shakespeare (bytes; seeds {', '.join(map(str, ls['seeds']))})\n\n"
+               f"S steps (`--lm_iters`; lr {ls['lm_lr']:g}, TAPA 1/5 of it; {ls['lm_block']}-byte windows, 16 a "
+               f"batch, the cosine to S), evaluated every S/20. A cell: the mean over the seeds of its row (their "
+               f"range; none if every seed's prints the same), {ls['ppl_tokens']:,} scored tokens per length. Full "
+               f"windows, and a sliding window of stride {ls['stride']} (only the last {ls['stride']} targets of a "
+               f"window scored; at 1x the same as full). Val loss at S: the mean of the last {PLATEAU_EVALS} "
+               f"evaluations, mean over seeds; last-quarter drop: the largest over seeds; plateau: every seed's. "
+               f"Plateau: {PLATEAU_RULE}.\n\n")
+    summary = lambda runs: [", ".join(f"{S:,}" for S in sorted({r["iters"] for r in runs})),
+                            f"{np.mean([np.mean([v for _, v in r['val'][-PLATEAU_EVALS:]]) for r in runs]):.3f}",
+                            f"{100 * max(plateau(r['val'])[0] for r in runs):.1f}%",
+                            "yes" if all(plateau(r["val"])[1] for r in runs) else "**no**"]
+    for mode, title, extra in (("full", "Full windows", ["S", "val loss at S", "last-quarter drop", "plateau"]),
+                               ("sliding", f"Sliding window, stride {ls['stride']}", [])):
+        out.append(f"### {title}\n\n" + (markdown_table(
+            {n: [", ".join(lm[n])] + [cell(v, len(lm[n]), percent=False) for v in ppl[mode][n]] +
+             (summary(lm[n].values()) if extra else []) for n in lm},
+            ["seeds"] + [f"{x}x" for x in ls["ppl_lengths"]] + extra) if lm else "No rows yet.\n") + "\n")
+    out.append("![perplexity, full windows](ppl-full.png)\n![perplexity, sliding window](ppl-sliding.png)\n\n"
+               "## Learned positional parameters (passkey models)\n\n")
+    out.append("".join(f"- {n}, seed {seed}, {train.PRIOR_NAMES[key]}: " + "; ".join(
+        f"layer {i}: {v}" for i, v in enumerate(per_layer) if v is not None) + "\n"
+        for n, s in pk.items() for seed, r in s.items() for key, per_layer in r["prior"].items()) or "No rows yet.\n")
+    out.append("".join(f"\n![learned prior, {n}](priors-{n}.png)\n" for n in ("bam", "bam+ssmax")
+                       if os.path.isfile(os.path.join(docs, f"priors-{n}.png"))))
+    runs = [r for half in (pk, lm) for s in half.values() for r in s.values()]  # every row, both halves
+    threads = sorted({r["threads"] for r in runs})
+    out.append("\n## Wall times (minutes; a reused or resumed run counts its last call)\n\n"
+               f"Passkey training + evaluation (mean over seeds; both scorings); LM training + evaluation (mean over "
+               f"seeds). Torch threads a job: {', '.join(map(str, threads))}.\n\n")
+    out.append("".join(f"- {n}: {minutes(list(pk.get(n, {}).values()))}; {minutes(list(lm.get(n, {}).values()))}\n"
+                       for n in order if n in pk or n in lm))
+    out.append(f"- total: {sum(sum(r['minutes'].values()) for r in runs):.0f} minutes\n\n{reading}")
+    write_atomic(path, lambda tmp: pathlib.Path(tmp).write_text("".join(out)))
     print(f"wrote {path}")
 
 

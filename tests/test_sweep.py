@@ -16,7 +16,7 @@ from sweep import VARIANTS, add_row, cell, markdown_table, name_of, plateau, spr
 
 def quick(tmp_path, shakespeare_path, *args, docs=""):
     """One in-process call of `python sweep.py --quick ...` (--docs=tmp_path/docs); returns the rows of
-    sweep-passkey.json ({variant: {seed: row}}) and of sweep-lm.json ({variant: row})."""
+    sweep-passkey.json and of sweep-lm.json ({variant: {seed: row}})."""
     sweep.main(["--quick", f"--out_dir={tmp_path}", f"--input={shakespeare_path}", f"--docs={tmp_path / docs}", *args])
     read = lambda half: json.loads((tmp_path / docs / f"sweep-{half}.json").read_text())["variants"]
     return read("passkey"), read("lm")
@@ -29,11 +29,12 @@ def table_names(part):
 def test_quick_sweep_merges_and_reuses(tmp_path, shakespeare_path, capsys, monkeypatch):
     names = [name_of(*v) for v in VARIANTS]
     pk, lm = quick(tmp_path, shakespeare_path, "--seeds=1337")  # every variant, one seed, both halves
-    assert set(pk) == set(lm) == set(names) and all(list(r) == ["1337"] for r in pk.values())
+    assert set(pk) == set(lm) == set(names) and all(list(r) == ["1337"] for r in [*pk.values(), *lm.values()])
     for r in pk.values():  # accuracies are fractions of the scored prompts, before the last phase and after it
         assert all(v is None or 0.0 <= v <= 1.0 for key in ("passkey", "passkey_pre") for v in r["1337"][key])
     assert pk["tapa"]["1337"]["lr"] == pk["rope"]["1337"]["lr"] / 5  # TAPA's paper: 5x lower
-    assert lm["tapa"]["lr"] == lm["rope"]["lr"] / 5 and all(r["iters"] == 4 for r in lm.values())
+    assert lm["tapa"]["1337"]["lr"] == lm["rope"]["1337"]["lr"] / 5
+    assert all(r["1337"]["iters"] == 4 for r in lm.values())
     # the demo's last phase (QUICK: its last 2 of 4 steps), scored before it (pre-phase/: the run stopped at step 2,
     # which the main run goes on from) and at the end; learned has no positions past 320: no phase
     run = tmp_path / "passkey-bam+ssmax-s1337"
@@ -50,25 +51,32 @@ def test_quick_sweep_merges_and_reuses(tmp_path, shakespeare_path, capsys, monke
     alibi_pre = pre_part.split("| alibi | ")[1].splitlines()[0].split(" | ")
     assert alibi_pre[1:-1] == [cell([v], 3) for v in pk["alibi"]["1337"]["passkey_pre"]]
     assert alibi_pre[-1] == f"{pk['alibi']['1337']['val_loss_pre']:.3f} |"
-    assert table_names(ppl_part.split("## Learned")[0]) == names
-    learned = ppl_part.split("| learned | ")[1].splitlines()[0].split(" | ")
-    assert learned[1] == "n/a / n/a" and learned[-1].rstrip(" |") in ("yes", "**no**")  # 2x is past its positions
+    full_part, sliding_part = ppl_part.split("## Learned")[0].split("### Sliding window")
+    assert table_names(full_part) == table_names(sliding_part) == names
+    learned = full_part.split("| learned | ")[1].splitlines()[0].split(" | ")
+    assert learned[:3] == ["1337", f"{lm['learned']['1337']['ppl_full'][0]:.2f}", "n/a"]  # 2x: past its positions
+    assert learned[-1].rstrip(" |") in ("yes", "**no**")
     for png in ("passkey.png", "ppl-full.png", "ppl-sliding.png", "priors-bam.png", "heatmap-bam+ssmax.png"):
         assert (tmp_path / png).stat().st_size > 1000
 
     # a second call runs a part: the first call's rows stay, and so does the hand-written part of results.md
     (tmp_path / "results.md").write_text(md + "## Reading\nwritten by hand\n")
     capsys.readouterr()
-    merged, lm2 = quick(tmp_path, shakespeare_path, "--only=alibi,rope", "--seeds=1,1337", "--half=passkey")
-    assert "alibi, seed 1337: in " in capsys.readouterr().out  # already there: not run again
-    assert merged["alibi"]["1337"] == pk["alibi"]["1337"] and lm2 == lm
-    assert list(merged["rope"]) == ["1337", "1"] and list(merged["alibi"]) == ["1337", "1"]
-    assert all(merged[n] == pk[n] for n in names if n not in ("alibi", "rope"))
+    merged, lm2 = quick(tmp_path, shakespeare_path, "--only=alibi,rope", "--seeds=1,1337")
+    out = capsys.readouterr().out  # already there (both halves): not run again
+    assert "alibi, seed 1337: in " + str(tmp_path / "sweep-passkey.json") in out and "sweep-lm.json already" in out
+    assert merged["alibi"]["1337"] == pk["alibi"]["1337"] and lm2["alibi"]["1337"] == lm["alibi"]["1337"]
+    for rows in (merged, lm2):
+        assert list(rows["rope"]) == ["1337", "1"] and list(rows["alibi"]) == ["1337", "1"]
+    assert all(merged[n] == pk[n] and lm2[n] == lm[n] for n in names if n not in ("alibi", "rope"))
     md = (tmp_path / "results.md").read_text()
     assert md.endswith("## Reading\nwritten by hand\n") and md.count("## Reading") == 1
     alibi = md.split("| alibi | ")[1].splitlines()[0]
     assert alibi.startswith("1337, 1 | ") and "seed" not in alibi  # both of QUICK's seeds: no count
     assert "(1 seed)" in md.split("| nope | ")[1].splitlines()[0]
+    rope_ppl = md.split("### Full windows")[1].split("| rope | ")[1].splitlines()[0].split(" | ")
+    assert rope_ppl[:3] == ["1337, 1"] + [cell([lm2["rope"][s]["ppl_full"][i] for s in ("1337", "1")], 2, percent=False)
+                                          for i in range(2)]  # the mean over the row's seeds and their range
 
     # reuse: a call writing elsewhere finds the checkpoints at their budget and the passkey results scored on them
     ckpts = {p: p.stat().st_mtime_ns for p in tmp_path.glob("**/ckpt.pt")}
@@ -77,12 +85,12 @@ def test_quick_sweep_merges_and_reuses(tmp_path, shakespeare_path, capsys, monke
     capsys.readouterr()
     again, lm3 = quick(tmp_path, shakespeare_path, "--only=alibi", docs="other")
     out = capsys.readouterr().out
-    assert out.count("nothing to train") == 5 and "nanoPE: pos=" not in out  # 2 seeds x (pre-phase, end) and the LM
+    assert out.count("nothing to train") == 6 and "nanoPE: pos=" not in out  # 2 seeds x (pre-phase, end, LM)
     assert done == [4, 4, 4, 4]  # every prompt (2 lengths x 2 depths x 1 sample) of both scorings of both seeds
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("**/ckpt.pt")} == ckpts
     for seed, key in itertools.product(("1337", "1"), ("passkey", "passkey_pre")):
         assert again["alibi"][seed][key] == merged["alibi"][seed][key]
-    assert lm3["alibi"]["ppl_full"] == lm["alibi"]["ppl_full"]
+    assert all(lm3["alibi"][seed]["ppl_full"] == lm2["alibi"][seed]["ppl_full"] for seed in ("1337", "1"))
 
     # the errors, before anything runs
     with pytest.raises(InputError, match=r"unknown variant\(s\) nosuch in --only"):
@@ -96,9 +104,11 @@ def test_quick_sweep_merges_and_reuses(tmp_path, shakespeare_path, capsys, monke
     # an LM row at another S (a variant that needs more steps) is trained again at that S and replaced; the
     # passkey half's settings are not checked by a call of the LM half
     _, longer = quick(tmp_path, shakespeare_path, "--passkey_iters=6", "--half=lm", "--only=alibi", "--lm_iters=8")
-    assert "sweep-lm.json at 4 steps, now 8: trained again" in capsys.readouterr().out
-    assert longer["alibi"]["iters"] == 8
-    assert [it for it, _ in longer["alibi"]["val"]] == list(range(9)) and longer["rope"] == lm["rope"]
+    out = capsys.readouterr().out
+    assert all(f"alibi, seed {seed}: in " in out for seed in ("1337", "1"))
+    assert "at 4 steps, now 8: trained again" in out
+    assert [r["iters"] for r in longer["alibi"].values()] == [8, 8]
+    assert [it for it, _ in longer["alibi"]["1"]["val"]] == list(range(9)) and longer["rope"] == lm2["rope"]
     with pytest.raises(InputError, match=r"passkey-alibi-s1337/pre-phase holds a run of other settings "
                                          r"\(phase_from=2, lr_decay_iters=2\)"):
         quick(tmp_path, shakespeare_path, "--passkey_iters=6", "--only=alibi", "--seeds=1337", docs="third")
@@ -110,8 +120,8 @@ def test_add_row_keeps_rows_written_meanwhile(tmp_path):
     other = {"rope": {"1337": {"acc": 1}, "1": {"acc": 2}}, "alibi": {"7": {"acc": 3}}}
     path.write_text(json.dumps(dict(setting={}, variants=other)))  # what another process (another --only) wrote since
     add_row(str(path), data, "rope", "2", {"acc": 4})
-    add_row(str(path), data, "nope", None, {"ppl": 5})  # the LM half: one row a variant
-    other["rope"]["2"], other["nope"] = {"acc": 4}, {"ppl": 5}
+    add_row(str(path), data, "nope", "1337", {"ppl": 5})  # a variant's first row
+    other["rope"]["2"], other["nope"] = {"acc": 4}, {"1337": {"ppl": 5}}
     assert json.loads(path.read_text())["variants"] == other == data["variants"]
 
 
@@ -123,6 +133,10 @@ def test_mean_and_range_over_seeds():
     assert cell([1.0], 3) == "100% (1 seed)"
     assert cell([0.5, 0.75], 3) == "62% (50–75, 2 seeds)"  # 62.5 rounds to even
     assert cell([None, None], 3) == "n/a"
+    assert cell([0.996, 1.0], 2) == "100%"  # both print 100: no range
+    assert cell([4.114, 4.2], 2, percent=False) == "4.16 (4.11–4.20)"  # perplexities: 2 decimals
+    assert cell([4.111, 4.114], 2, percent=False) == "4.11" and cell([4.1], 3, percent=False) == "4.10 (1 seed)"
+    assert cell([31234.0], 1, percent=False) == "3.12e+04"
 
 
 def test_plateau_rule():
@@ -185,24 +199,27 @@ def test_readme_passkey_table_is_the_sweeps():
 
 
 def test_readme_perplexity_table_is_the_sweeps():
-    """The README's perplexity table (rows "| variant | steps | 1x | 4x | 16x |") says what docs/sweep-lm.json holds:
-    each row's steps S (marked "²" when the plateau rule fails), its full-window perplexity at 1x (the sliding window
-    is the same there) and "full / sliding" at 4x and 16x, to 2 decimals; "n/a" where the model has no positions."""
+    """The README's perplexity table (rows "| variant | seeds | steps | 1x | 4x | 16x |") says what docs/sweep-lm.json
+    holds: each row's seeds, steps S (marked "²" when the plateau rule fails for a seed), and the mean and range over
+    the seeds of the full-window perplexity at 1x (the sliding window is the same there) and of "full / sliding" at
+    4x and 16x; "n/a" where the model has no positions."""
     root = pathlib.Path(sweep.ROOT)
     readme = (root / "README.md").read_text()
     assert "(docs/sweep-lm.json)" in readme, "the README's perplexity caption should link docs/sweep-lm.json"
     sweep_json = json.loads((root / "docs" / "sweep-lm.json").read_text())
     rows, lengths = sweep_json["variants"], sweep_json["setting"]["ppl_lengths"]
-    table = readme_table(readme, "| variant | steps |")
+    table = readme_table(readme, "| variant | seeds | steps |")
     assert sorted(table) == sorted(rows) == sorted(name_of(*v) for v in VARIANTS), "one row a variant"
-    two = lambda x: "n/a" if x is None else f"{x:.2f}"
     for name, cells in table.items():
-        row = rows[name]
-        assert cells[1] == f"{row['iters']:,}" + " ²" * (not plateau(row["val"])[1]), f"README's {name}: steps"
-        assert row["ppl_full"][0] == row["ppl_sliding"][0] and cells[2] == two(row["ppl_full"][0]), f"{name} at 1x"
-        for m, text in zip((4, 16), cells[3:5]):
-            full, sliding = row["ppl_full"][lengths.index(m)], row["ppl_sliding"][lengths.index(m)]
-            assert text.rstrip(" |") == (two(full) if full is None else f"{two(full)} / {two(sliding)}"), \
+        runs = list(rows[name].values())
+        mean = lambda mode, m: cell([r[f"ppl_{mode}"][lengths.index(m)] for r in runs], len(runs), percent=False)
+        steps = ", ".join(f"{S:,}" for S in sorted({r["iters"] for r in runs}))
+        assert cells[1] == ", ".join(rows[name]), f"README's {name}: seeds"
+        assert cells[2] == steps + " ²" * (not all(plateau(r["val"])[1] for r in runs)), f"README's {name}: steps"
+        assert all(r["ppl_full"][0] == r["ppl_sliding"][0] for r in runs) and cells[3] == mean("full", 1), name
+        for m, text in zip((4, 16), cells[4:6]):
+            full = mean("full", m)
+            assert text.rstrip(" |") == (full if full == "n/a" else f"{full} / {mean('sliding', m)}"), \
                 f"README's {name} at {m}x"
 
 
