@@ -203,7 +203,8 @@ def main(argv=None):
     p.add_argument("--only", default=None, help="comma-separated variant names (e.g. bam+ssmax,alibi); default all")
     p.add_argument("--seeds", default=None, help="comma-separated seeds, both halves (default 1337,1,2)")
     p.add_argument("--half", choices=["both", "passkey", "lm"], default="both", help="which half to run")
-    p.add_argument("--passkey_iters", type=positive_int, help="every variant's passkey budget (default 6,000)")
+    p.add_argument("--passkey_iters", type=positive_int,
+                   help=f"every variant's passkey budget (default {PASSKEY_BUDGET:,})")
     p.add_argument("--lm_iters", type=positive_int, help="the LM half's steps S, every variant's "
                    "(default 3,000; NoPE, NoPE + SSMax and TAPA 12,000: LM_ITERS)")
     p.add_argument("--out_dir", default=os.path.join(ROOT, "out-sweep"), help="checkpoints and raw results")
