@@ -128,6 +128,34 @@ class SSMax(nn.Module):
         return ssmax_factor(self.scale, q_pos)
 
 
+def check_ssmax_settings(config):
+    """SSMax's keys of a model.GPTConfig: ssmax_layers (layer indices, needs ssmax=True) and ssmax_max_n (the cap on
+    n: an int >= 1, or one per layer; not in kernels.py). Raises ValueError naming the fix."""
+    if config.ssmax_layers is not None:
+        layers = config.ssmax_layers
+        if not config.ssmax:
+            raise ValueError(f"ssmax_layers={layers!r} needs ssmax=True")
+        if not isinstance(layers, (list, tuple)) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and -config.n_layer <= i < config.n_layer for i in layers):
+            raise ValueError(f"ssmax_layers must be a list of layer indices in [-{config.n_layer}, {config.n_layer}) "
+                             f"(n_layer = {config.n_layer}; -1 is the last layer), got {layers!r}")
+    if config.ssmax_max_n is not None:
+        caps = config.ssmax_max_n  # no effect without SSMax (the CPU demo's config sets it for every pos)
+        positive = lambda n: isinstance(n, int) and not isinstance(n, bool) and n >= 1
+        if not (positive(caps) or isinstance(caps, (list, tuple)) and len(caps) >= 1 and all(
+                n is None or positive(n) for n in caps)):
+            raise ValueError(f"ssmax_max_n must be an int >= 1 or one entry per layer (an int >= 1 or None; "
+                             f"layers past the list's end take its last entry), e.g. [1280, None], got {caps!r}")
+        if config.attn_impl == "triton" and config.ssmax:
+            raise ValueError("ssmax_max_n is not in kernels.py's SSMax: use attn_impl=torch, or ssmax_max_n=None")
+
+
+def has_ssmax(config, layer):
+    """True if layer `layer` uses SSMax: config.ssmax, in every layer or in those of config.ssmax_layers."""
+    layers = config.ssmax_layers
+    return config.ssmax and (layers is None or layer in [i % config.n_layer for i in layers])
+
+
 # ---------------------------------------------------------------- the reference attention
 
 def distance_bias(bias_fn, q_offset, tq, tk, device):

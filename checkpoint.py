@@ -1,6 +1,7 @@
 """
 Checkpoint files of train.py: read with one-line errors, resume with a fallback to the
-earlier checkpoint kept beside ckpt.pt, written atomically with one-line disk errors.
+earlier checkpoint kept beside ckpt.pt (the settings and the model of a resumed run are the
+checkpoint's: resume_config, resume_checkpoint), written atomically with one-line disk errors.
 
 out_dir/ckpt.pt is the run's checkpoint. A new run (init_from=scratch) in an out_dir that
 holds one moves it to ckpt.pt.prev when it writes its own first checkpoint; train.py refuses
@@ -18,7 +19,7 @@ import time
 import filelock
 import torch
 
-from configurator import InputError, MissingFileError, NanoPEError, write_json
+from configurator import InputError, MissingFileError, NanoPEError, check_device, get_config, write_json
 
 OWNER = "running.json"  # in out_dir while a run holds it: who (pid, host, command, start time)
 
@@ -172,3 +173,100 @@ def checkpoint_digest(path):
     """sha256 of a checkpoint file (hex): an evaluation resumed from its results must score the same weights."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def truncate_log(path, size):
+    """Cut log.txt back to `size` bytes, its size when the checkpoint a run resumes from was written: the
+    lines a killed run wrote after it go (the resumed run writes them again). size None: leave it."""
+    if size is not None and os.path.isfile(path) and os.path.getsize(path) > size:
+        with open(path, "r+b") as f:
+            f.truncate(size)
+
+
+def resume_config(argv, defaults, out_dir):
+    """The config of --init_from=resume: the settings saved in out_dir/ckpt.pt (or ckpt.pt.prev), then
+    what argv names. So the learning-rate schedule is the saved run's unless argv names one of its keys.
+
+    A run saved before lr_decay_iters had a fixed default (lr_decay_iters=None) keeps its max_iters as it.
+    """
+    path, ckpt, _ = load_resume_checkpoint(out_dir, mmap=True)
+    saved = {k: v for k, v in ckpt.get("config", {}).items() if k in defaults}
+    if "lr_decay_iters" in saved and saved["lr_decay_iters"] is None:
+        saved["lr_decay_iters"] = saved.get("max_iters")
+    cfg = get_config(argv, dict(defaults, **saved))
+    print(f"resume: the settings of {path}, with {' '.join(argv)}")
+    changed = [f"{k}={saved[k]} -> {cfg[k]}" for k in ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters",
+                                                       "decay_lr") if k in saved and cfg[k] != saved[k]]
+    if changed:
+        print(f"resume: the learning-rate schedule changes from iteration {ckpt.get('iter_num')} on: "
+              f"{', '.join(changed)}")
+    return cfg
+
+
+def resume_checkpoint(cfg, tokenizer, master=True):
+    """The checkpoint a resumed run (init_from=resume) goes on from: out_dir/ckpt.pt, or ckpt.pt.prev if that cannot
+    be read (load_resume_checkpoint). The model is the checkpoint's: its model_args go into cfg (a model key that cfg
+    sets otherwise is ignored, with a note from rank 0 (master)). Returns (path, ckpt, finished): finished is the
+    last evaluation's losses {"train", "val"} if the checkpoint is at max_iters already (nothing to train; not for
+    eval_only), else None. Raises InputError if the checkpoint was trained with another tokenizer than `tokenizer`
+    (the dataset's)."""
+    path, ckpt, note = load_resume_checkpoint(cfg["out_dir"])
+    if note and master:
+        print(note)
+    if ckpt["tokenizer"] != tokenizer:
+        raise InputError(f"the checkpoint was trained with the {ckpt['tokenizer']!r} tokenizer but dataset "
+                         f"{cfg['dataset']!r} uses {tokenizer!r}: pick a dataset in the checkpoint's tokenizer")
+    ignored = [f"{k}={cfg[k]!r} (checkpoint: {v!r})" for k, v in ckpt["model_args"].items()
+               if cfg.get(k) is not None and cfg[k] != v]
+    if ignored and master:
+        print(f"resume: the model is the checkpoint's; ignoring {', '.join(ignored)}")
+    cfg.update({k: v for k, v in ckpt["model_args"].items() if k in cfg})
+    if ckpt["iter_num"] >= cfg["max_iters"] and not cfg["eval_only"]:
+        if master:
+            print(f"{path} is at iteration {ckpt['iter_num']}, max_iters={cfg['max_iters']}: nothing to train (raise "
+                  f"--max_iters to go on)")
+        _, train_loss, val_loss = ckpt["history"][-1]
+        return path, ckpt, {"train": train_loss, "val": val_loss}
+    return path, ckpt, None
+
+
+def keeps_previous(cfg, master=True):
+    """Whether a new run (init_from=scratch) in cfg's out_dir keeps the run already there: True if out_dir/ckpt.pt
+    exists and the new run will save (max_iters > 0, not eval_only); that ckpt.pt then becomes ckpt.pt.prev at the
+    new run's first save (save_checkpoint(keep_previous=True)), with a note from rank 0 (master). Raises InputError
+    if ckpt.pt.prev is taken too: the new run would replace one of them."""
+    path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    if not (os.path.isfile(path) and cfg["max_iters"] > 0 and not cfg["eval_only"]):
+        return False
+    if os.path.exists(prev_path(path)):
+        raise InputError(f"{cfg['out_dir']} holds a run (ckpt.pt) and an earlier one (ckpt.pt.prev): a new run there "
+                         f"would replace one. Go on with it (--init_from=resume), use a new --out_dir, or delete "
+                         f"{prev_path(path)}")
+    if master:
+        print(f"{cfg['out_dir']} holds another run: its ckpt.pt becomes ckpt.pt.prev when this run saves its first "
+              f"checkpoint (to go on with that run use --init_from=resume; for a new one, a new --out_dir)")
+    return True
+
+
+def load_checkpoint(path, device="cpu"):
+    """Load a checkpoint written by train.py: returns (model, checkpoint dict).
+
+    Reads with torch.load(weights_only=True) (checkpoint.read_checkpoint); strips torch.compile's
+    '_orig_mod.' prefixes. Raises MissingFileError naming the training command if path is missing,
+    InputError (one line, naming the fix) for an unreadable file, a device this torch cannot use,
+    or non-finite weights (a run that diverged).
+    """
+    from model import GPT, GPTConfig  # here: the model is not needed to read or write checkpoints
+    check_device(device)
+    ckpt = read_checkpoint(path, map_location=device)
+    try:
+        model = GPT(GPTConfig(**ckpt["model_args"]))
+    except ValueError as e:  # settings this version refuses
+        raise InputError(f"{path}: {e}") from None
+    state = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
+    bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise InputError(f"{path} holds NaN or infinite weights ({bad[0]}, ...): its run diverged; use an earlier "
+                         f"checkpoint (e.g. {path}.prev) or train again with a lower learning_rate")
+    model.load_state_dict(state)
+    return model.to(device), ckpt

@@ -55,9 +55,12 @@ def check_settings(cfg):
     check_folder_writable(cfg["out_dir"], "out_dir")
 
 
-def check_data(data_dir, meta, block_size):
-    """Raise MissingFileError or InputError, naming the command that makes the data, unless data_dir
-    holds train.bin and val.bin of at least block_size + 1 tokens each (uint16: 2 bytes a token)."""
+def check_data(data_dir, meta, window, window_key="block_size", document_mask=False):
+    """Raise MissingFileError or InputError, naming the command that makes the data or the key to change, unless
+    data_dir holds train.bin and val.bin of at least window + 1 tokens each (uint16: 2 bytes a token), a passkey
+    or NIAH set (meta["example_len"]) holds examples of exactly window + 1 tokens, and document_mask is asked
+    only of documents that begin with EOT (not of those sets, padded with EOT). window_key: the key that sets
+    the window (block_size, train_block_size or phase_train_block_size), for the messages."""
     from data.tokenizer import PREPARE_COMMANDS
     remake = meta.get("prepare") or " or ".join(PREPARE_COMMANDS)
     for split in ("train", "val"):
@@ -65,9 +68,18 @@ def check_data(data_dir, meta, block_size):
         if not os.path.isfile(path):
             raise MissingFileError(f"no {path}: prepare the data again with: {remake}")
         n_tokens = os.path.getsize(path) // 2
-        if n_tokens < block_size + 1:
-            raise InputError(f"{path} holds {n_tokens} tokens, fewer than block_size + 1 = {block_size + 1}: prepare "
-                             f"the data again ({remake}) or lower --block_size")
+        if n_tokens < window + 1:
+            raise InputError(f"{path} holds {n_tokens} tokens, fewer than {window_key} + 1 = {window + 1}: prepare "
+                             f"the data again ({remake}) or lower --{window_key}")
+    if "example_len" in meta and window != meta["example_len"] - 1:
+        # windows start at example boundaries: a longer one would not exist, a shorter one would cut off the
+        # key and the answer, which come last
+        raise InputError(f"{data_dir} holds examples of {meta['example_len'] - 1} tokens (+1 for the targets), "
+                         f"not {window_key}={window}: use --{window_key}={meta['example_len'] - 1} or a passkey "
+                         f"set of that length (--dataset=passkey_{meta['tokenizer']}_{window}, made on the fly)")
+    if document_mask and "example_len" in meta:
+        raise InputError(f"document_mask=True needs documents that begin with EOT; {data_dir} pads its passkey "
+                         f"prompts with EOT instead: use --document_mask=False")
 
 
 def build_model(model_args):

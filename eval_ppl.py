@@ -23,11 +23,10 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from checkpoint import checkpoint_digest, read_checkpoint
+from checkpoint import checkpoint_digest, load_checkpoint, read_checkpoint
 from configurator import (InputError, MissingFileError, output_path, positive_int, resume_or_new, run_script,
                           write_atomic, write_json)
 from data.tokenizer import data_dir_of, read_meta
-from model import load_checkpoint
 from evaluate import parse_lengths
 
 

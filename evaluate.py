@@ -20,7 +20,7 @@ from tqdm import tqdm
 from configurator import InputError, output_path, positive_int, resume_or_new, write_atomic, write_json
 from data.passkey import passkey_depths
 from data.tokenizer import get_tokenizer
-from model import load_checkpoint
+from checkpoint import load_checkpoint
 
 
 def parse_lengths(spec, block_size):
@@ -283,7 +283,7 @@ def eval_parser(doc, what, default_mode):
 
 def load_eval(p, args, what):
     """What an evaluation of eval_parser's args works on. A bad --out, --lengths or --depths is a usage error of
-    `p` (one line), a missing or broken checkpoint a one-line NanoPEError (model.load_checkpoint). Returns a
+    `p` (one line), a missing or broken checkpoint a one-line NanoPEError (checkpoint.load_checkpoint). Returns a
     Namespace: ckpt_path, requested (the results JSON asked for), model, ckpt, tokenizer, block_size, lengths,
     depths, ctx (autocast or None), name ("bam+ssmax"), t0 (the start time)."""
     ckpt_path = args.ckpt or os.path.join(args.out_dir, "ckpt.pt")

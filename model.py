@@ -39,7 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention import ALiBi, SSMax, document_starts, reference_attention
+from attention import ALiBi, SSMax, check_ssmax_settings, document_starts, has_ssmax, reference_attention
 from attention_bam import GGDPrior, check_bam_settings, layer_shape_init
 from attention_fire import FIREBias
 from attention_tapa import check_tapa_settings, tapa_scores
@@ -85,30 +85,8 @@ class GPTConfig:
             raise ValueError(f"unknown attn_impl {self.attn_impl!r}; valid: {', '.join(ATTN_IMPLS)}")
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
-        if self.ssmax_layers is not None:
-            layers = self.ssmax_layers
-            if not self.ssmax:
-                raise ValueError(f"ssmax_layers={layers!r} needs ssmax=True")
-            if not isinstance(layers, (list, tuple)) or not all(
-                    isinstance(i, int) and not isinstance(i, bool) and -self.n_layer <= i < self.n_layer for i in layers):
-                raise ValueError(f"ssmax_layers must be a list of layer indices in [-{self.n_layer}, {self.n_layer}) "
-                                 f"(n_layer = {self.n_layer}; -1 is the last layer), got {layers!r}")
-        if self.ssmax_max_n is not None:
-            caps = self.ssmax_max_n  # no effect without SSMax (the CPU demo's config sets it for every pos)
-            positive = lambda n: isinstance(n, int) and not isinstance(n, bool) and n >= 1
-            if not (positive(caps) or isinstance(caps, (list, tuple)) and len(caps) >= 1 and all(
-                    n is None or positive(n) for n in caps)):
-                raise ValueError(f"ssmax_max_n must be an int >= 1 or one entry per layer (an int >= 1 or None; "
-                                 f"layers past the list's end take its last entry), e.g. [1280, None], got {caps!r}")
-            if self.attn_impl == "triton" and self.ssmax:
-                raise ValueError("ssmax_max_n is not in kernels.py's SSMax: use attn_impl=torch, or ssmax_max_n=None")
+        check_ssmax_settings(self)  # SSMax's keys (attention.py)
         check_variant_settings(self)  # the variant's own keys (the switch point, below)
-
-
-def has_ssmax(config, layer):
-    """True if layer `layer` uses SSMax: config.ssmax, in every layer or in those of config.ssmax_layers."""
-    layers = config.ssmax_layers
-    return config.ssmax and (layers is None or layer in [i % config.n_layer for i in layers])
 
 
 def rename_prior_keys(module, state_dict, prefix, *args):
@@ -466,28 +444,3 @@ class GPT(nn.Module):
             idx = torch.cat((idx, idx_next), dim=1)
             logits, _ = self(idx_next, cache=cache)
         return idx
-
-
-def load_checkpoint(path, device="cpu"):
-    """Load a checkpoint written by train.py: returns (model, checkpoint dict).
-
-    Reads with torch.load(weights_only=True) (checkpoint.read_checkpoint); strips torch.compile's
-    '_orig_mod.' prefixes. Raises MissingFileError naming the training command if path is missing,
-    InputError (one line, naming the fix) for an unreadable file, a device this torch cannot use,
-    or non-finite weights (a run that diverged).
-    """
-    from checkpoint import read_checkpoint
-    from configurator import InputError, check_device
-    check_device(device)
-    ckpt = read_checkpoint(path, map_location=device)
-    try:
-        model = GPT(GPTConfig(**ckpt["model_args"]))
-    except ValueError as e:  # settings this version refuses
-        raise InputError(f"{path}: {e}") from None
-    state = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
-    bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    if bad:
-        raise InputError(f"{path} holds NaN or infinite weights ({bad[0]}, ...): its run diverged; use an earlier "
-                         f"checkpoint (e.g. {path}.prev) or train again with a lower learning_rate")
-    model.load_state_dict(state)
-    return model.to(device), ckpt

@@ -16,7 +16,7 @@ import torch
 
 from configurator import positive_int, run_script
 from data.tokenizer import get_tokenizer
-from model import load_checkpoint
+from checkpoint import load_checkpoint
 
 
 def read_start(start):

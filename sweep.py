@@ -38,13 +38,12 @@ import time
 import numpy as np
 import torch
 
-from checkpoint import checkpoint_digest, read_checkpoint
+from checkpoint import checkpoint_digest, load_checkpoint, read_checkpoint
 from configurator import InputError, positive_int, run_script, write_atomic, write_json
 import train
 from data.shakespeare import load_text, prepare
 from eval_ppl import evaluate_ppl
 from evaluate import accuracy_table, format_table, write_results
-from model import load_checkpoint
 from passkey import run_passkey
 from plots import plot_lines
 

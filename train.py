@@ -25,15 +25,16 @@ import signal
 import sys
 import threading
 import time
-from contextlib import nullcontext
 from dataclasses import fields
 
 import torch
 from tqdm import tqdm
 
-from checkpoint import hold_out_dir, load_resume_checkpoint, prev_path, save_checkpoint
-from checks import NonFiniteError, build_model, check_data, check_settings, finite, nonfinite_message
-from data.batches import document_ids, get_batch, prepare_data
+import distributed
+from checkpoint import (hold_out_dir, keeps_previous, prev_path, resume_checkpoint, resume_config, save_checkpoint,
+                        truncate_log)
+from checks import NonFiniteError, build_model, check_settings, finite, nonfinite_message
+from data.batches import RunData
 from configurator import InputError, get_config, run_script
 from attention_tapa import TAPA_PHASES
 from model import ATTN_IMPLS, POS_VARIANTS, GPTConfig
@@ -145,14 +146,6 @@ def get_lr(it, cfg):
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
 
 
-def truncate_log(path, size):
-    """Cut log.txt back to `size` bytes, its size when the checkpoint a run resumes from was written: the
-    lines a killed run wrote after it go (the resumed run writes them again). size None: leave it."""
-    if size is not None and os.path.isfile(path) and os.path.getsize(path) > size:
-        with open(path, "r+b") as f:
-            f.truncate(size)
-
-
 PRIOR_NAMES = {"shape": "BAM shape beta", "scale": "BAM scale c", "ssmax": "SSMax s"}
 
 
@@ -178,8 +171,8 @@ def train(cfg):
 
 class Run:
     """The state one training run shares between the steps of train(): self.cfg (the settings, completed),
-    the device (dev, device_type, dtype, ctx, ddp, rank, world, master), the data (data_dir, meta, and eot with
-    document_mask), the model (model: compiled/DDP-wrapped; raw_model: the GPT itself), the optimizer, and the
+    this process (proc: distributed.Process: device, dtype, DDP rank), the data (data: data.batches.RunData), the
+    model (model: compiled/DDP-wrapped; raw_model: the GPT itself), the optimizer, and the
     progress (iter_num, best_val_loss, history, prior_history, last_saved)."""
 
     def __init__(self, cfg):
@@ -195,96 +188,24 @@ class Run:
         check_settings(cfg)  # everything is checked (settings, data, checkpoint, model) before out_dir is written
         cfg["lr_decay_iters"] = cfg["lr_decay_iters"] or cfg["max_iters"]
         cfg["min_lr"] = cfg["learning_rate"] / 10 if cfg["min_lr"] is None else cfg["min_lr"]
-        # DDP: launched by torchrun, which sets RANK, LOCAL_RANK and WORLD_SIZE
-        self.ddp = int(os.environ.get("RANK", -1)) != -1
-        dev = cfg["device"]
-        if dev == "auto":
-            dev = "cuda" if torch.cuda.is_available() else "cpu"
-        self.rank, self.world = 0, 1
-        if self.ddp:
-            from torch.distributed import init_process_group
-            init_process_group(backend=cfg["backend"] if dev.startswith("cuda") else "gloo")
-            self.rank, self.world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-            if dev.startswith("cuda"):
-                dev = f"cuda:{os.environ['LOCAL_RANK']}"
-                torch.cuda.set_device(dev)
-            if cfg["gradient_accumulation_steps"] % self.world != 0:
-                raise InputError(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} must be a "
-                                 f"multiple of the number of processes ({self.world})")
-            cfg["gradient_accumulation_steps"] //= self.world
-        self.dev, self.master = dev, self.rank == 0
-        self.device_type = "cuda" if dev.startswith("cuda") else "cpu"
-        dtype = cfg["dtype"]
-        if dtype == "auto":
-            dtype = "bfloat16" if self.device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-        if self.device_type == "cpu" and dtype != "float32":
-            raise InputError(f"dtype={dtype} needs a CUDA device (on CPU nanoPE trains in float32): use --dtype=auto")
-        if self.device_type == "cpu" and cfg["attn_impl"] == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
-            raise InputError("attn_impl='triton' runs on CUDA (on CPU only under TRITON_INTERPRET=1, for testing): "
-                             "use --attn_impl=torch")
-        self.dtype = dtype
-        ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-        self.ctx = nullcontext() if self.device_type == "cpu" else torch.amp.autocast(self.device_type, ptdtype)
-        if self.device_type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-        torch.manual_seed(cfg["seed"] + self.rank)
-        self.window = cfg["train_block_size"] or cfg["block_size"]  # tokens per training window
-        self.batch_size, self.in_phase = cfg["batch_size"], False
+        self.proc = distributed.setup(cfg)  # device, dtype, DDP; divides gradient_accumulation_steps among ranks
 
     @property
     def tokens_per_iter(self):
         """Tokens of one iteration over all processes (the last phase's window and batch size once it has begun)."""
-        return self.cfg["gradient_accumulation_steps"] * self.world * self.batch_size * self.window
+        return self.cfg["gradient_accumulation_steps"] * self.proc.world * self.data.batch_size * self.data.window
 
     def load_data(self):
         """The dataset (and the last phase's), made if missing and checked against the training window."""
-        cfg = self.cfg
-        window_key = "train_block_size" if cfg["train_block_size"] else "block_size"
-        self.data_dir, self.meta = self.dataset(cfg["dataset"], self.window, window_key)
-        if cfg["phase_from"] is not None and cfg["phase_from"] < cfg["max_iters"]:  # a phase this run reaches
-            self.phase_window = cfg["phase_train_block_size"] or self.window
-            window_key = "phase_train_block_size" if cfg["phase_train_block_size"] else window_key
-            self.phase_data = self.dataset(cfg["phase_dataset"], self.phase_window, window_key)
-            if self.phase_data[1]["tokenizer"] != self.meta["tokenizer"]:
-                raise InputError(f"phase_dataset={cfg['phase_dataset']!r} uses the {self.phase_data[1]['tokenizer']!r} "
-                                 f"tokenizer, dataset={cfg['dataset']!r} {self.meta['tokenizer']!r}: use one tokenizer")
-        from data.tokenizer import TOKENIZERS
-        self.eot = TOKENIZERS[self.meta["tokenizer"]].eot if cfg["document_mask"] else None
-
-    def dataset(self, name, window, window_key):
-        """(data_dir, meta) of dataset `name` (made if missing, by rank 0), checked for windows of `window`
-        tokens; window_key names the key that sets it in the errors."""
-        data_dir, meta = prepare_data(name) if self.master or not self.ddp else (None, None)
-        if self.ddp:  # rank 0 may have just made the data: everyone reads it after
-            torch.distributed.barrier()
-            data_dir, meta = prepare_data(name)
-        check_data(data_dir, meta, window)
-        if "example_len" in meta and window != meta["example_len"] - 1:
-            # windows start at example boundaries: a longer one would not exist, a shorter one would cut off the
-            # key and the answer, which come last
-            raise InputError(f"{data_dir} holds examples of {meta['example_len'] - 1} tokens (+1 for the targets), "
-                             f"not {window_key}={window}: use --{window_key}={meta['example_len'] - 1} or a passkey "
-                             f"set of that length (--dataset=passkey_{meta['tokenizer']}_{window}, made on the fly)")
-        if self.cfg["document_mask"] and "example_len" in meta:
-            raise InputError(f"document_mask=True needs documents that begin with EOT; {data_dir} pads its passkey "
-                             f"prompts with EOT instead: use --document_mask=False")
-        return data_dir, meta
-
-    def batch(self, split):
-        """A batch (x, y, doc_ids) of `split` on the device: doc_ids (document_ids) with document_mask, else None."""
-        x, y = get_batch(self.data_dir, split, self.batch_size, self.window, self.meta, self.dev)
-        return x, y, None if self.eot is None else document_ids(x, self.eot)
+        self.data = RunData(self.cfg, self.proc)
 
     def enter_phase(self):
         """From here on train (and evaluate) on the last phase's data, windows and batch size."""
         cfg = self.cfg
-        self.data_dir, self.meta = self.phase_data
-        self.window, self.batch_size = self.phase_window, cfg["phase_batch_size"] or cfg["batch_size"]
-        self.in_phase = True
+        self.data.enter_phase()
         lr = "the schedule's learning rate" if cfg["phase_lr"] is None else f"learning rate {cfg['phase_lr']:g}"
-        self.log(f"phase from iteration {self.iter_num} (phase_from={cfg['phase_from']}): {self.data_dir}, "
-                 f"{self.batch_size} windows of {self.window} tokens ({self.tokens_per_iter:,} tokens per iteration), "
+        self.log(f"phase from iteration {self.iter_num} (phase_from={cfg['phase_from']}): {self.data.data_dir}, "
+                 f"{self.data.batch_size} windows of {self.data.window} tokens ({self.tokens_per_iter:,} tokens per iteration), "
                  f"{lr}")
 
     # ---------------------------------------------------------------- init or resume
@@ -296,66 +217,36 @@ class Run:
         self.ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
         self.keep_previous, self.last_saved, self.log_size = False, None, None
         ckpt = None
-        if cfg["init_from"] == "resume":
-            ckpt, finished = self.read_checkpoint()
+        if cfg["init_from"] == "resume":  # the model is the checkpoint's: its settings go into cfg
+            self.resumed_from, ckpt, finished = resume_checkpoint(cfg, self.data.meta["tokenizer"], self.proc.master)
             if finished is not None:
                 return finished
-        else:  # scratch: an earlier run's ckpt.pt becomes ckpt.pt.prev at this run's first save, never overwritten
-            self.keep_previous = os.path.isfile(self.ckpt_path) and cfg["max_iters"] > 0 and not cfg["eval_only"]
-            self.model_args = model_args_of(cfg, self.meta)
-        model = build_model(self.model_args)
-        if self.keep_previous and os.path.exists(prev_path(self.ckpt_path)):
-            raise InputError(f"{cfg['out_dir']} holds a run (ckpt.pt) and an earlier one (ckpt.pt.prev): a new run "
-                             f"there would replace one. Go on with it (--init_from=resume), use a new --out_dir, or "
-                             f"delete {prev_path(self.ckpt_path)}")
-        if self.keep_previous and self.master:
-            print(f"{cfg['out_dir']} holds another run: its ckpt.pt becomes ckpt.pt.prev when this run saves its "
-                  f"first checkpoint (to go on with that run use --init_from=resume; for a new one, a new --out_dir)")
+            self.model_args = ckpt["model_args"]
+        else:
+            self.model_args = model_args_of(cfg, self.data.meta)
+        model = build_model(self.model_args)  # InputError for a bad model setting
+        if cfg["init_from"] == "scratch":  # an earlier run's ckpt.pt becomes ckpt.pt.prev at this run's first save
+            self.keep_previous = keeps_previous(cfg, self.proc.master)
         self.settings.update({k: v for k, v in self.model_args.items() if k in self.settings})
         if ckpt is not None:
             model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()})
-        model.to(self.dev)
+        model.to(self.proc.dev)
         self.lr_mults = {"bam_shape": cfg["bam_shape_lr_mult"], "bam_scale": cfg["bam_scale_lr_mult"],
                          "ssmax": cfg["ssmax_lr_mult"]}
         self.optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
-                                                    (cfg["beta1"], cfg["beta2"]), self.device_type, self.lr_mults)
+                                                    (cfg["beta1"], cfg["beta2"]), self.proc.device_type, self.lr_mults)
         self.iter_num, self.best_val_loss, self.history, self.prior_history = 0, 1e9, [], []
         if ckpt is not None:
             self.restore(ckpt)
-        self.scaler = torch.amp.GradScaler(self.device_type, enabled=(self.dtype == "float16"))
+        self.scaler = torch.amp.GradScaler(self.proc.device_type, enabled=(self.proc.dtype == "float16"))
         self.raw_model = self.model = model
         if cfg["compile"]:
             self.model = torch.compile(model)
-        if self.ddp:
+        if self.proc.ddp:
             from torch.nn.parallel import DistributedDataParallel as DDP
-            self.model = DDP(self.model, device_ids=[int(os.environ["LOCAL_RANK"])] if self.device_type == "cuda"
+            self.model = DDP(self.model, device_ids=[int(os.environ["LOCAL_RANK"])] if self.proc.device_type == "cuda"
                              else None)
         return None
-
-    def read_checkpoint(self):
-        """The checkpoint to resume from, its model settings in self.model_args and self.cfg. Returns (ckpt, None),
-        or (ckpt, final losses) if it is already at max_iters."""
-        cfg = self.cfg
-        self.resumed_from, ckpt, note = load_resume_checkpoint(cfg["out_dir"])
-        if note and self.master:
-            print(note)
-        if ckpt["tokenizer"] != self.meta["tokenizer"]:
-            raise InputError(f"the checkpoint was trained with the {ckpt['tokenizer']!r} tokenizer but dataset "
-                             f"{cfg['dataset']!r} uses {self.meta['tokenizer']!r}: pick a dataset in the checkpoint's "
-                             f"tokenizer")
-        self.model_args = ckpt["model_args"]
-        ignored = [f"{k}={cfg[k]!r} (checkpoint: {v!r})" for k, v in self.model_args.items()
-                   if cfg.get(k) is not None and cfg[k] != v]
-        if ignored and self.master:
-            print(f"resume: the model is the checkpoint's; ignoring {', '.join(ignored)}")
-        cfg.update({k: v for k, v in self.model_args.items() if k in cfg})
-        if ckpt["iter_num"] >= cfg["max_iters"] and not cfg["eval_only"]:
-            if self.master:
-                print(f"{self.resumed_from} is at iteration {ckpt['iter_num']}, max_iters={cfg['max_iters']}: nothing "
-                      f"to train (raise --max_iters to go on)")
-            _, train_loss, val_loss = ckpt["history"][-1]
-            return ckpt, {"train": train_loss, "val": val_loss}
-        return ckpt, None
 
     def restore(self, ckpt):
         """The optimizer, the progress and every process's random state from the checkpoint."""
@@ -366,30 +257,23 @@ class Run:
         self.prior_history = ckpt.get("prior_history", [])
         # every process goes on with its own random state (batches, dropout), saved by rank
         rng_states = ckpt.get("rng_states") or [(ckpt["rng_cpu"], ckpt.get("rng_cuda"))]
-        if len(rng_states) == self.world:
-            rng_cpu, rng_cuda = rng_states[self.rank]
-            torch.set_rng_state(rng_cpu)
-            if self.device_type == "cuda" and rng_cuda is not None:
-                torch.cuda.set_rng_state(rng_cuda)
-        else:
-            torch.manual_seed(self.cfg["seed"] + self.rank + self.world * self.iter_num)
-            if self.master:
-                print(f"resume: the checkpoint was written by {len(rng_states)} process(es), this run has "
-                      f"{self.world}: new random streams (batches differ from an uninterrupted run)")
+        if not self.proc.set_rng_states(rng_states, self.cfg["seed"], self.iter_num) and self.proc.master:
+            print(f"resume: the checkpoint was written by {len(rng_states)} process(es), this run has "
+                  f"{self.proc.world}: new random streams (batches differ from an uninterrupted run)")
         self.last_saved = (self.resumed_from, self.iter_num)
         # log.txt back to where this checkpoint was written (not for eval_only, or from ckpt.pt.prev: kept whole)
         if self.resumed_from == self.ckpt_path and not self.cfg["eval_only"]:
             self.log_size = ckpt.get("log_size")
-        if self.master:
+        if self.proc.master:
             print(f"resuming {self.resumed_from} at iteration {self.iter_num} of {self.cfg['max_iters']}")
 
     # ---------------------------------------------------------------- start and end: log, Ctrl-C, DDP
 
     def start(self):
         cfg = self.cfg
-        if self.master:  # out_dir is this run's until it ends; a second run there stops here (checkpoint.py)
+        if self.proc.master:  # out_dir is this run's until it ends; a second run there stops here (checkpoint.py)
             self.release_out_dir = hold_out_dir(cfg["out_dir"])
-        if cfg["wandb_log"] and self.master:
+        if cfg["wandb_log"] and self.proc.master:
             try:
                 import wandb
             except ImportError:
@@ -398,22 +282,22 @@ class Run:
                        f"{cfg['pos']}{'+ssmax' if cfg['ssmax'] else ''}", config=cfg)
         os.makedirs(cfg["out_dir"], exist_ok=True)  # the first write to out_dir
         self.log_file = os.path.join(cfg["out_dir"], "log.txt")
-        if cfg["init_from"] == "resume" and self.master:
+        if cfg["init_from"] == "resume" and self.proc.master:
             truncate_log(self.log_file, self.log_size)
         self.log(f"nanoPE: pos={cfg['pos']} ssmax={cfg['ssmax']} | {self.raw_model.get_num_params() / 1e6:.2f}M "
-                 f"parameters | device {self.dev} ({self.dtype}) | {self.world} process(es) | "
-                 f"{self.tokens_per_iter:,} tokens per iteration | data {self.data_dir} ({self.meta['tokenizer']})")
+                 f"parameters | device {self.proc.dev} ({self.proc.dtype}) | {self.proc.world} process(es) | "
+                 f"{self.tokens_per_iter:,} tokens per iteration | data {self.data.data_dir} ({self.data.meta['tokenizer']})")
         phase_sets_lr = cfg["phase_from"] is not None and cfg["phase_lr"] is not None
         if cfg["decay_lr"] and cfg["max_iters"] > cfg["lr_decay_iters"] and not (
                 phase_sets_lr and cfg["phase_from"] <= cfg["lr_decay_iters"]):
             self.log(f"note: the learning rate reaches min_lr at lr_decay_iters={cfg['lr_decay_iters']} and stays "
                      f"there to max_iters={cfg['max_iters']} (--lr_decay_iters={cfg['max_iters']} stretches the "
                      f"cosine)")
-        self.bar = tqdm(total=cfg["max_iters"], initial=self.iter_num, disable=not self.master, dynamic_ncols=True,
+        self.bar = tqdm(total=cfg["max_iters"], initial=self.iter_num, disable=not self.proc.master, dynamic_ncols=True,
                         desc="train")
         # Ctrl-C (one process, not DDP): finish the iteration, write a checkpoint that resumes exactly, stop.
         # A second Ctrl-C stops at once.
-        self.catch_ctrl_c = not self.ddp and threading.current_thread() is threading.main_thread()
+        self.catch_ctrl_c = not self.proc.ddp and threading.current_thread() is threading.main_thread()
         if self.catch_ctrl_c:
             self.previous_handler = signal.signal(signal.SIGINT, self.on_ctrl_c)
 
@@ -433,13 +317,10 @@ class Run:
         if self.catch_ctrl_c:
             signal.signal(signal.SIGINT, self.previous_handler)
             self.catch_ctrl_c = False
-        if self.ddp:
-            from torch.distributed import destroy_process_group
-            destroy_process_group()
-            self.ddp = False
+        self.proc.close()  # DDP's process group
 
     def log(self, msg):
-        if self.master:
+        if self.proc.master:
             tqdm.write(msg)
             with open(self.log_file, "a") as f:
                 f.write(msg + "\n")
@@ -459,7 +340,7 @@ class Run:
                 self.evaluate_and_save()
             if self.iter_num >= cfg["max_iters"] or cfg["eval_only"]:
                 return self.losses
-            if cfg["phase_from"] is not None and self.iter_num >= cfg["phase_from"] and not self.in_phase:
+            if cfg["phase_from"] is not None and self.iter_num >= cfg["phase_from"] and not self.data.in_phase:
                 self.enter_phase()  # after the evaluation at phase_from, which is still on the first data
             if self.interrupted:
                 self.stop_interrupted()
@@ -468,14 +349,14 @@ class Run:
     @torch.no_grad()
     def estimate_loss(self):
         """Mean loss over eval_iters batches of each split (rank 0 evaluates alone: no DDP collectives)."""
-        cfg, eval_model = self.cfg, self.model.module if self.ddp else self.model
+        cfg, eval_model = self.cfg, self.model.module if self.proc.ddp else self.model
         out = {}
         self.model.eval()
         for split in ("train", "val"):
             losses = torch.zeros(cfg["eval_iters"])
             for k in range(cfg["eval_iters"]):
-                X, Y, doc_ids = self.batch(split)
-                with self.ctx:
+                X, Y, doc_ids = self.data.batch(split)
+                with self.proc.ctx:
                     _, loss = eval_model(X, Y, doc_ids=doc_ids)
                 losses[k] = loss.item()
             out[split] = losses.mean().item()
@@ -486,13 +367,13 @@ class Run:
         """Evaluate; log the losses and the positional parameters (β, c, s); plot; checkpoint (rank 0)."""
         cfg, t_eval = self.cfg, time.time()
         bad = False
-        if self.master:
+        if self.proc.master:
             losses = self.losses = self.estimate_loss()
             bad = not finite(losses["train"], losses["val"])
-        if self.any_rank(bad):  # stop before it is logged or saved, every rank (the others would wait for rank 0)
-            self.fail("non-finite evaluation loss " + (f"(train {losses['train']}, val {losses['val']})" if self.master
+        if self.proc.any(bad):  # stop before it is logged or saved, every rank (the others would wait for rank 0)
+            self.fail("non-finite evaluation loss " + (f"(train {losses['train']}, val {losses['val']})" if self.proc.master
                                                        else "(rank 0's evaluation)"), self.iter_num)
-        if self.master:
+        if self.proc.master:
             self.history.append([self.iter_num, losses["train"], losses["val"]])
             self.log(f"step {self.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
             if cfg["wandb_log"]:
@@ -510,13 +391,12 @@ class Run:
                 if "shape" in prior:
                     plot_priors(self.prior_history, cfg["block_size"], os.path.join(cfg["out_dir"], "priors.png"))
             self.best_val_loss = min(self.best_val_loss, losses["val"])
-        rng_states = self.all_rng_states()  # after rank 0's evaluation, which draws batches too
-        if self.master and self.iter_num > 0 and not cfg["eval_only"] and (
+        rng_states = self.proc.rng_states()  # after rank 0's evaluation, which draws batches too
+        if self.proc.master and self.iter_num > 0 and not cfg["eval_only"] and (
                 cfg["always_save_checkpoint"] or self.losses["val"] <= self.best_val_loss):
             self.save(rng_states)
         self.t_last += time.time() - t_eval  # tok_s counts training time only
-        if self.ddp:
-            torch.distributed.barrier()
+        self.proc.barrier()
 
     def step(self):
         """One iteration: forward/backward with gradient accumulation, clipping, the non-finite guard, the update."""
@@ -526,10 +406,10 @@ class Run:
             group["lr"] = lr * group["lr_mult"]
         # DDP syncs gradients on the last micro step only
         for micro_step in range(cfg["gradient_accumulation_steps"]):
-            if self.ddp:
+            if self.proc.ddp:
                 model.require_backward_grad_sync = micro_step == cfg["gradient_accumulation_steps"] - 1
-            X, Y, doc_ids = self.batch("train")
-            with self.ctx:
+            X, Y, doc_ids = self.data.batch("train")
+            with self.proc.ctx:
                 _, loss = model(X, Y, doc_ids=doc_ids)
                 loss = loss / cfg["gradient_accumulation_steps"]
             self.scaler.scale(loss).backward()
@@ -538,7 +418,7 @@ class Run:
             self.scaler.unscale_(self.optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"] or math.inf)
             grad_norm = None if self.scaler.is_enabled() else grad_norm  # float16: GradScaler skips overflowing steps
-        if cfg["max_bad_steps"] and self.any_rank(not finite(loss, grad_norm)):  # the guard: a sync every step
+        if cfg["max_bad_steps"] and self.proc.any(not finite(loss, grad_norm)):  # the guard: a sync every step
             self.bad_steps += 1
             self.log(f"iteration {self.iter_num + 1}: non-finite loss or gradient, step skipped ({self.bad_steps} of "
                      f"max_bad_steps={cfg['max_bad_steps']})")
@@ -553,10 +433,10 @@ class Run:
         if self.iter_num % cfg["log_interval"] == 0:
             lossf = loss.item() * cfg["gradient_accumulation_steps"]
             # every log step (the guard: every step); a NaN on any rank stops every rank at the same iteration
-            if not cfg["max_bad_steps"] and self.any_rank(not finite(lossf, grad_norm)):
+            if not cfg["max_bad_steps"] and self.proc.any(not finite(lossf, grad_norm)):
                 self.fail(f"non-finite training loss ({lossf}, gradient norm "
                           f"{None if grad_norm is None else float(grad_norm)})", self.iter_num)
-        if self.iter_num % cfg["log_interval"] == 0 and self.master:
+        if self.iter_num % cfg["log_interval"] == 0 and self.proc.master:
             dt, self.t_last = time.time() - self.t_last, time.time()
             tok_s = self.tokens_per_iter * cfg["log_interval"] / dt
             self.bar.set_postfix(loss=f"{lossf:.4f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
@@ -568,17 +448,8 @@ class Run:
         return {"model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "model_args": self.model_args, "iter_num": self.iter_num, "best_val_loss": self.best_val_loss,
                 "config": self.settings, "history": self.history, "prior_history": self.prior_history,
-                "tokenizer": self.meta["tokenizer"], "rng_states": rng_states,
+                "tokenizer": self.data.meta["tokenizer"], "rng_states": rng_states,
                 "log_size": os.path.getsize(self.log_file) if os.path.isfile(self.log_file) else 0}
-
-    def all_rng_states(self):
-        """(cpu, cuda) random state of every process, in rank order (a collective under DDP)."""
-        own = (torch.get_rng_state(), torch.cuda.get_rng_state() if self.device_type == "cuda" else None)
-        if not self.ddp:
-            return [own]
-        states = [None] * self.world
-        torch.distributed.all_gather_object(states, own)
-        return states
 
     def save(self, rng_states):
         """Write the checkpoint of iteration iter_num (rank 0); never one with non-finite weights."""
@@ -594,7 +465,7 @@ class Run:
         if self.iter_num == self.start_iter:  # no step taken: out_dir already holds this state, or nothing to keep
             self.log(f"interrupted at iteration {self.iter_num}, before any step of this run: nothing to save")
         elif self.cfg["always_save_checkpoint"]:
-            self.save(self.all_rng_states())
+            self.save(self.proc.rng_states())
             self.log(f"interrupted: saved {self.ckpt_path} at iteration {self.iter_num}; resume with "
                      f"--init_from=resume")
         else:  # ckpt.pt holds the model of the best validation loss: keep it
@@ -602,38 +473,9 @@ class Run:
                      f"{self.ckpt_path} for the best validation loss)")
         raise KeyboardInterrupt
 
-    def any_rank(self, flag):
-        """True if `flag` is true on any process: under DDP an all-reduce, so that every rank takes the same branch
-        (one rank stopping alone would leave the others waiting for it)."""
-        if not self.ddp:
-            return flag
-        t = torch.tensor([float(flag)], device=self.dev)
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-        return bool(t.item())
-
     def fail(self, what, iter_num):
         """Stop the run with a NonFiniteError naming what went non-finite and the last good checkpoint."""
-        raise NonFiniteError(nonfinite_message(what, iter_num, self.cfg, self.dtype, self.last_saved))
-
-
-def resume_config(argv, defaults, out_dir):
-    """The config of --init_from=resume: the settings saved in out_dir/ckpt.pt (or ckpt.pt.prev), then
-    what argv names. So the learning-rate schedule is the saved run's unless argv names one of its keys.
-
-    A run saved before lr_decay_iters had a fixed default (lr_decay_iters=None) keeps its max_iters as it.
-    """
-    path, ckpt, _ = load_resume_checkpoint(out_dir, mmap=True)
-    saved = {k: v for k, v in ckpt.get("config", {}).items() if k in defaults}
-    if "lr_decay_iters" in saved and saved["lr_decay_iters"] is None:
-        saved["lr_decay_iters"] = saved.get("max_iters")
-    cfg = get_config(argv, dict(defaults, **saved))
-    print(f"resume: the settings of {path}, with {' '.join(argv)}")
-    changed = [f"{k}={saved[k]} -> {cfg[k]}" for k in ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters",
-                                                       "decay_lr") if k in saved and cfg[k] != saved[k]]
-    if changed:
-        print(f"resume: the learning-rate schedule changes from iteration {ckpt.get('iter_num')} on: "
-              f"{', '.join(changed)}")
-    return cfg
+        raise NonFiniteError(nonfinite_message(what, iter_num, self.cfg, self.proc.dtype, self.last_saved))
 
 
 def main():

@@ -68,3 +68,48 @@ def prepare_data(dataset_name):
         {"passkey": passkey, "niah": niah}[parts[0]].build_dataset(
             parts[1], int(hi), n_train=20000, n_val=500, seed=0, out_dir=data_dir, min_length=int(lo) if lo else None)
     return data_dir, read_meta(data_dir)
+
+
+class RunData:
+    """The data of one training run (train.py): windows of cfg's dataset, and from phase_from on those of the last
+    phase (phase_dataset, phase_train_block_size, phase_batch_size). Each dataset is made if missing (by rank 0
+    under DDP: proc is distributed.Process) and checked (checks.check_data) before the run writes anything.
+    data_dir, meta, window (tokens) and batch_size are those of the data in use; eot is the tokenizer's EOT id with
+    document_mask (batches then carry doc_ids), else None. Raises MissingFileError / InputError naming the fix,
+    also for a phase_dataset of another tokenizer."""
+
+    def __init__(self, cfg, proc):
+        from checks import check_data  # checks imports the model; data/ is imported without it elsewhere
+        from data.tokenizer import TOKENIZERS
+
+        def dataset(name, window, window_key):
+            data_dir, meta = prepare_data(name) if proc.master else (None, None)
+            proc.barrier()  # rank 0 may have just made the data: every other rank reads it after
+            if not proc.master:
+                data_dir, meta = prepare_data(name)
+            check_data(data_dir, meta, window, window_key, cfg["document_mask"])
+            return data_dir, meta, window
+
+        self.dev, self.in_phase, self.batch_size = proc.dev, False, cfg["batch_size"]
+        window_key = "train_block_size" if cfg["train_block_size"] else "block_size"
+        self.data_dir, self.meta, self.window = dataset(cfg["dataset"], cfg["train_block_size"] or cfg["block_size"],
+                                                        window_key)
+        if cfg["phase_from"] is not None and cfg["phase_from"] < cfg["max_iters"]:  # a phase this run reaches
+            window_key = "phase_train_block_size" if cfg["phase_train_block_size"] else window_key
+            self.phase = dataset(cfg["phase_dataset"], cfg["phase_train_block_size"] or self.window, window_key) + (
+                cfg["phase_batch_size"] or cfg["batch_size"],)
+            if self.phase[1]["tokenizer"] != self.meta["tokenizer"]:
+                raise InputError(f"phase_dataset={cfg['phase_dataset']!r} uses the {self.phase[1]['tokenizer']!r} "
+                                 f"tokenizer, dataset={cfg['dataset']!r} {self.meta['tokenizer']!r}: use one tokenizer")
+        self.eot = TOKENIZERS[self.meta["tokenizer"]].eot if cfg["document_mask"] else None
+
+    def batch(self, split):
+        """A batch (x, y, doc_ids) of `split` on the device, x and y (batch_size, window): doc_ids (document_ids) with
+        document_mask, else None."""
+        x, y = get_batch(self.data_dir, split, self.batch_size, self.window, self.meta, self.dev)
+        return x, y, None if self.eot is None else document_ids(x, self.eot)
+
+    def enter_phase(self):
+        """From here on, batches (training and evaluation) of the last phase's data, window and batch size."""
+        self.data_dir, self.meta, self.window, self.batch_size = self.phase
+        self.in_phase = True

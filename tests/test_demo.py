@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from model import load_checkpoint
+from checkpoint import load_checkpoint
 from passkey import run_passkey
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

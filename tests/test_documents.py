@@ -7,6 +7,7 @@ from attention import document_starts
 from attention_bam import bam_attention_ref
 from attention_tapa import tapa_attention_ref
 from conftest import make_tiny_gpt
+from data.batches import document_ids
 from model import POS_VARIANTS
 
 
@@ -119,12 +120,11 @@ def test_sdpa_path_masks_chunks_never_t_by_t(monkeypatch):
 
 
 def test_a_batch_without_eot_is_one_document(monkeypatch):
-    """A batch without EOT: train.document_ids gives one document per row, and the model's output equals its output
+    """A batch without EOT: document_ids gives one document per row, and the model's output equals its output
     without doc_ids, on the fused is_causal path of SDPA (pos='rope')."""
-    import train
     model = tiny_gpt("rope", False)
     idx = torch.randint(0, 49, (2, 40), generator=torch.Generator().manual_seed(3))  # EOT = 49 never occurs
-    doc_ids = train.document_ids(idx, eot=49)
+    doc_ids = document_ids(idx, eot=49)
     assert torch.equal(doc_ids, torch.zeros_like(idx))
     calls = record_sdpa(monkeypatch)
     with torch.no_grad():

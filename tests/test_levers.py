@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from configurator import InputError
 import train
 from attention_bam import GGDPrior, ggd_bias, per_head_shape_init
+from data.batches import get_batch
 from data.passkey import build_dataset, passkey_prompt
 from data.tokenizer import get_tokenizer
 from model import GPT, GPTConfig
@@ -134,7 +135,7 @@ def test_passkey_padding_is_not_in_the_loss(tmp_path):
     meta = build_dataset("byte", 300, n_train=12, n_val=4, seed=0, out_dir=str(tmp_path))
     raw = np.fromfile(tmp_path / "train.bin", dtype=np.uint16).reshape(12, 301).astype(np.int64)
     assert (raw == 256).any()  # the set does hold padding
-    x, y = train.get_batch(str(tmp_path), "train", 6, 300, meta, "cpu", torch.Generator().manual_seed(0))
+    x, y = get_batch(str(tmp_path), "train", 6, 300, meta, "cpu", torch.Generator().manual_seed(0))
     for row_x, row_y in zip(x, y):
         ex = raw[[i for i in range(12) if np.array_equal(raw[i, :300], row_x.numpy())][0]]
         target = torch.from_numpy(ex[1:])
@@ -223,7 +224,7 @@ def test_train_block_size_phase_on_longer_prompts(tmp_path):
     run = train.Run(cfg)
     run.setup()
     run.load_data()
-    x, y, _ = run.batch("train")
+    x, y, _ = run.data.batch("train")
     assert x.shape == y.shape == (2, 640)
     train.train(cfg)
     ckpt = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)

@@ -22,7 +22,8 @@ from checks import NonFiniteError
 from configurator import InputError, run_script
 from conftest import make_tiny_gpt
 from data.tokenizer import write_meta, write_split
-from model import GPT, load_checkpoint
+from checkpoint import load_checkpoint
+from model import GPT
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULTS = train.demo_config()  # the CPU demo's settings: what `python train.py` runs

@@ -10,7 +10,8 @@ import torch
 
 import train
 from data.shakespeare import prepare
-from model import POS_VARIANTS, load_checkpoint
+from checkpoint import load_checkpoint
+from model import POS_VARIANTS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULTS = train.demo_config()  # the CPU demo's settings: what `python train.py` runs
@@ -87,7 +88,7 @@ def test_presets_parse():
     ("train.py", ["--device=cpu", "--dtype=float16"], "needs a CUDA device"),
     ("train.py", ["--bam_scale_init=foo"], "bam_scale_init must be 'alibi' or a number > 0"),
     ("train.py", ["--max_iters=-1"], "max_iters >= 0"),
-    ("passkey.py", ["--out_dir=no-such-dir"], "train one first"),  # model.load_checkpoint
+    ("passkey.py", ["--out_dir=no-such-dir"], "train one first"),  # checkpoint.load_checkpoint
     ("sample.py", ["--out_dir=no-such-dir"], "train one first"),
     ("passkey.py", ["--samples=0"], "expected an integer >= 1"),  # argparse (status 2)
     ("sample.py", ["--top_k=-1"], "--top_k >= 0"),
@@ -191,14 +192,15 @@ def test_ctrl_c_before_the_first_step_saves_nothing(tmp_path, shakespeare_byte, 
     """Ctrl-C during the evaluation at iteration 0: no step was taken, so no checkpoint (one at iteration 0 would
     evaluate again on resume, draw other batches and not resume exactly)."""
     import signal
-    get_batch, calls = train.get_batch, []
+    import data.batches
+    get_batch, calls = data.batches.get_batch, []
 
     def get_batch_then_ctrl_c(*args, **kwargs):
         calls.append(1)
         if len(calls) == 1:  # the first batch of the first evaluation
             signal.raise_signal(signal.SIGINT)
         return get_batch(*args, **kwargs)
-    monkeypatch.setattr(train, "get_batch", get_batch_then_ctrl_c)
+    monkeypatch.setattr(data.batches, "get_batch", get_batch_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         run(["--max_iters=8", "--eval_interval=4"], tmp_path, shakespeare_byte)
     assert not (tmp_path / "ckpt.pt").exists()
@@ -336,6 +338,24 @@ def test_ddp_two_processes_gloo_resumes_exactly(tmp_path, shakespeare_byte):
     assert resumed["iter_num"] == 4
     for name, p in full["model"].items():
         assert torch.allclose(p, resumed["model"][name], atol=1e-6), name
+
+
+def test_rng_states_of_another_world_size_seed_new_streams():
+    """distributed.Process.set_rng_states: the states of as many processes as the run has are this rank's to go on
+    with (the next draws equal those after the save); from another number of processes, new streams seeded
+    seed + rank + world·iter_num (torch.manual_seed's draws), and it says so (False)."""
+    import distributed
+    proc = distributed.Process("cpu", "cpu", "float32", None, ddp=False, rank=0, world=1)
+    torch.manual_seed(5)
+    saved = proc.rng_states()
+    after_save = torch.rand(3)
+    torch.rand(7)  # the stream moves on
+    assert proc.set_rng_states(saved, seed=1337, iter_num=40) is True and torch.equal(torch.rand(3), after_save)
+    two = saved * 2  # written by 2 processes
+    assert proc.set_rng_states(two, seed=1337, iter_num=40) is False
+    fresh = torch.rand(3)
+    torch.manual_seed(1337 + 0 + 1 * 40)
+    assert torch.equal(fresh, torch.rand(3))
 
 
 def test_readme_and_help_agree(capsys, monkeypatch):
