@@ -4,6 +4,7 @@ learned positional prior of every head (out_dir/priors.png); and one line per mo
 the context length (sweep.py's figures, and passkey runs side by side):
 
     python plots.py --out far_end.png out-a/passkey.json out-b/passkey.json   # accuracy by length
+    python plots.py --out a.png a=out-a/passkey.json a=out-a/far.json          # one line from two files
 """
 import argparse
 import json
@@ -111,13 +112,14 @@ def passkey_by_length(path):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="passkey accuracy against length, one line per results JSON")
-    p.add_argument("results", nargs="+", help="passkey.py JSON files; a line's label is name=path, or the folder's name")
+    p.add_argument("results", nargs="+", help="passkey.py JSON files; a line's label is name=path, or the folder's "
+                   "name; files of one name make one line (e.g. 1x-64x in one, 128x-1024x in another)")
     p.add_argument("--out", required=True, help="PNG to write")
     args = p.parse_args(argv)
     table, lengths = {}, set()
     for item in args.results:
         name, path = item.split("=", 1) if "=" in item else (os.path.basename(os.path.dirname(os.path.abspath(item))), item)
-        table[name] = passkey_by_length(path)
+        table.setdefault(name, {}).update(passkey_by_length(path))
         lengths |= set(table[name])
     lengths = sorted(lengths)
     plot_lines({n: [acc.get(L) for L in lengths] for n, acc in table.items()}, lengths, "passkey accuracy", args.out)

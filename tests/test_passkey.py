@@ -184,3 +184,23 @@ def test_learned_past_block_size_is_na(byte_tok):
     res = passkey.run_passkey(model, byte_tok, [256, 512], depths=1, samples=1, progress=False)
     assert res[0]["correct"] is not None and res[1]["correct"] is None
     assert "n/a" in evaluate.format_table(res, 256)
+
+
+def test_plots_cli_joins_files_of_one_name(tmp_path, monkeypatch):
+    """plots.py: results files given under one name make one line over the lengths of all of them (1x-64x from the
+    sweep's scoring, 128x-1,024x from a far-end run), each length's accuracy the mean of its prompts."""
+    import plots
+    block = 320
+
+    def results(path, scores):  # {multiple of block: [correct per prompt]}
+        rows = [dict(length=m * block, depth=0.0, correct=c) for m, cs in scores.items() for c in cs]
+        path.write_text(json.dumps(dict(meta=dict(block_size=block), results=rows)))
+        return str(path)
+    near = results(tmp_path / "near.json", {1: [1, 1, 1, 1], 64: [1, 0, 1, 1]})
+    far = results(tmp_path / "far.json", {128: [1, 0], 1024: [0, 0]})
+    other = results(tmp_path / "other.json", {1: [0, 1]})
+    drawn = {}
+    monkeypatch.setattr(plots, "plot_lines", lambda table, lengths, *args: drawn.update(table=table, lengths=lengths))
+    plots.main([f"bam={near}", f"bam={far}", f"alibi={other}", "--out", str(tmp_path / "x.png")])
+    assert drawn["lengths"] == [1, 64, 128, 1024]
+    assert drawn["table"] == {"bam": [1.0, 0.75, 0.5, 0.0], "alibi": [0.5, None, None, None]}
