@@ -91,8 +91,8 @@ def key_attention(model, tokenizer, length, depth, key, chunk=1024, device="cpu"
     probability mass on the key's tokens (key_positions). The mass is read off the model's own
     attention path (any pos, SSMax, chunked prefill): attention applied to a value that is 1 on the
     key's positions and 0 elsewhere returns exactly that mass.
-    Returns (mass, correct): mass (n_layer, n_head) averaged over the answer positions, correct as
-    in score_teacher_forced.
+    Returns (mass, correct): mass (n_layer, n_head, len(answer)), one column per answer position (the first
+    predicts the answer's first token), correct as in score_teacher_forced.
     """
     model.eval()
     prompt, answer = passkey_prompt(tokenizer, length, depth, key)
@@ -103,11 +103,11 @@ def key_attention(model, tokenizer, length, depth, key, chunk=1024, device="cpu"
     cache = model.new_cache()
     if start:
         prefill(model, ids[:, :start], cache, chunk)
-    mass = torch.zeros(model.config.n_layer, model.config.n_head)
+    mass = torch.zeros(model.config.n_layer, model.config.n_head, len(answer))
     for layer, block in enumerate(model.transformer.h):
         def attend_and_measure(q, k, v, t0, doc_start=None, layer=layer, attend=block.attn.attend):
             indicator = on_key[:k.shape[2]].expand(*v.shape[:2], -1)[..., None].expand_as(v).contiguous()  # (B, nh, Tk, hs)
-            mass[layer] = attend(q, k, indicator, t0, doc_start)[0, :, :, 0].mean(-1).float().cpu()  # (nh,)
+            mass[layer] = attend(q, k, indicator, t0, doc_start)[0, :, :, 0].float().cpu()  # (nh, len(answer))
             return attend(q, k, v, t0, doc_start)
         block.attn.attend = attend_and_measure  # an instance attribute: shadows the method for this pass
     try:
@@ -121,36 +121,43 @@ def key_attention(model, tokenizer, length, depth, key, chunk=1024, device="cpu"
 def attention_report(model, tokenizer, lengths, depths, seed=0, chunk=1024, device="cpu", path=None, block_size=None):
     """key_attention for one prompt per (length, depth): a text table (rows layer.head) and, with path, a PNG.
 
-    Returns the table as a string."""
+    Two numbers per head and prompt: "fetch", the mass at the query that predicts the key's first token (it must
+    find the key from the question alone: the retrieval step), and "copy", the mean over the later answer
+    positions (each has the key's previous token to go on). Returns the table as a string."""
     import numpy as np
-    cols, grid = [], []
+    cols, fetch, copy = [], [], []
     for L in lengths:
         for d in depths:
             key = random_key(random.Random(f"{seed}:{L}:attention"))
             mass, ok = key_attention(model, tokenizer, L, d, key, chunk, device)
+            answer = passkey_prompt(tokenizer, L, d, key)[1]
+            first = next(i for i, t in enumerate(answer) if any(c.isdigit() for c in tokenizer.decode([t])))
             cols.append(f"{L / block_size:g}x d={d:.2f} {'ok' if ok else 'miss'}" if block_size else f"{L} d={d:.2f}")
-            grid.append(mass.flatten().numpy())
-    grid = np.stack(grid, axis=1)  # (n_layer·n_head, columns)
+            fetch.append(mass[..., first].flatten().numpy())
+            copy.append(mass[..., first + 1:].mean(-1).flatten().numpy())
+    fetch, copy = np.stack(fetch, axis=1), np.stack(copy, axis=1)  # (n_layer·n_head, columns)
     n_head = model.config.n_head
-    rows = [f"{i // n_head}.{i % n_head}" for i in range(grid.shape[0])]
-    lines = ["attention mass on the key's tokens (mean over the answer positions), per layer.head",
+    rows = [f"{i // n_head}.{i % n_head}" for i in range(fetch.shape[0])]
+    lines = ["attention mass on the key's tokens per layer.head, fetch / copy: at the query that predicts the key's "
+             "first token / mean over the later answer positions",
              "head   " + " | ".join(f"{c:>16}" for c in cols)]
-    lines += [f"{r:<6} " + " | ".join(f"{x:>16.3f}" for x in grid[i]) for i, r in enumerate(rows)]
+    lines += [f"{r:<6} " + " | ".join(f"{f'{x:.3f} / {y:.3f}':>16}" for x, y in zip(fetch[i], copy[i]))
+              for i, r in enumerate(rows)]
     if path:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(2 + 1.1 * len(cols), 1 + 0.35 * len(rows)))
-        im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
-        for (r, c), x in np.ndenumerate(grid):
-            ax.text(c, r, f"{x:.2f}", ha="center", va="center", fontsize=7, color="w" if x < 0.5 else "k")
-        ax.set_xticks(range(len(cols)), [c.replace(" ", "\n", 1) for c in cols], fontsize=7)
-        ax.set_yticks(range(len(rows)), rows)
-        ax.set_ylabel("layer.head")
-        ax.set_title("attention mass on the key", fontsize=10)
-        fig.colorbar(im, ax=ax)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
+        fig, axes = plt.subplots(1, 2, figsize=(3 + 2.2 * len(cols), 1 + 0.35 * len(rows)), squeeze=False)
+        for ax, grid, what in zip(axes[0], (fetch, copy), ("fetch: the key's first token", "copy: the later ones")):
+            im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+            for (r, c), x in np.ndenumerate(grid):
+                ax.text(c, r, f"{x:.2f}", ha="center", va="center", fontsize=7, color="w" if x < 0.5 else "k")
+            ax.set_xticks(range(len(cols)), [c.replace(" ", "\n", 1) for c in cols], fontsize=7)
+            ax.set_yticks(range(len(rows)), rows)
+            ax.set_ylabel("layer.head")
+            ax.set_title(f"attention mass on the key, {what}", fontsize=9)
+        fig.colorbar(im, ax=axes[0].tolist())
+        fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
     return "\n".join(lines)
 
@@ -159,8 +166,9 @@ def main(argv=None):
     p = eval_parser(__doc__, "passkey", "teacher_forced")
     p.add_argument("--n_digits", type=positive_int, default=5)
     p.add_argument("--attention", action="store_true",
-                   help="diagnostic instead of accuracy: attention mass of every head on the key, one prompt per "
-                        "length and depth (table, and <ckpt dir>/key_attention.png)")
+                   help="diagnostic instead of accuracy: attention mass of every head on the key, at the query of "
+                        "the key's first token and over the later ones, one prompt per length and depth (table, and "
+                        "<ckpt dir>/key_attention.png)")
     args = p.parse_args(argv)
     ev = load_eval(p, args, "passkey")
     model, block_size = ev.model, ev.block_size

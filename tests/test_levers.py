@@ -2,7 +2,9 @@
 positional parameters, their logging, the passkey set's padding outside the loss, and the key-attention
 diagnostic. Each is checked against an independent computation (closed forms of AdamW's first step, a naive
 softmax, the raw token stream)."""
+import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -152,20 +154,20 @@ def test_passkey_padding_is_not_in_the_loss(tmp_path):
 
 def naive_key_mass(model, ids, key_pos, start):
     """Layer 0's attention mass on key_pos, by hand: q, k from the block's own weights, the GGD bias and SSMax
-    factor of SPEC §1–2, a softmax over the visible keys of every answer-predicting query, averaged."""
+    factor of SPEC §1–2, a softmax over the visible keys of every answer-predicting query i >= start: (H, T - start)."""
     attn, H = model.transformer.h[0].attn, model.config.n_head
     x = model.transformer.h[0].ln_1(model.transformer.wte(ids))[0]  # (T, C): bam adds nothing to the embeddings
     q, k, _ = attn.c_attn(x).split(model.config.n_embd, dim=1)
     D = model.config.n_embd // H
-    mass = torch.zeros(H)
     T = ids.shape[1]
+    mass = torch.zeros(H, T - start)
     for h in range(H):
         qh, kh = q[:, h * D:(h + 1) * D], k[:, h * D:(h + 1) * D]
         for i in range(start, T):
             z = torch.stack([qh[i] @ kh[j] / math.sqrt(D) for j in range(i + 1)])
             b = ggd_bias(torch.tensor([i]), torch.arange(i + 1), attn.pos_bias.log_scale, attn.pos_bias.shape)[h, 0]
             p = torch.softmax(attn.ssmax.scale[h] * math.log(i + 1) * (z + b), dim=0)
-            mass[h] += p[key_pos].sum() / (T - start)
+            mass[h, i - start] = p[key_pos].sum()
     return mass
 
 
@@ -186,10 +188,24 @@ def test_key_attention_equals_a_naive_softmax():
     mass, _ = key_attention(model, tok, length, 0.3, key, chunk=128)  # chunked prefill through the KV cache
     ids = torch.tensor([prompt + answer[:-1]])
     expected = naive_key_mass(model, ids, pos, len(prompt) - 1)
-    assert torch.allclose(mass[0], expected, atol=1e-5), (mass[0], expected)
+    assert mass.shape == (2, 4, len(answer)) and torch.allclose(mass[0], expected, atol=1e-5), (mass[0], expected)
     assert ((mass >= 0) & (mass <= 1)).all()
     # the diagnostic leaves the model as it was
     assert not any("attend" in vars(b.attn) for b in model.transformer.h)
+
+
+def test_attention_report_splits_fetch_and_copy(monkeypatch):
+    """passkey.py --attention: "fetch" is the mass at the query of the key's first token (byte answer " NNNNN":
+    position 1, after the space), "copy" the mean over the later answer positions (2-5)."""
+    import passkey
+    known = torch.arange(2 * 4 * 6, dtype=torch.float32).reshape(2, 4, 6) / 100  # (n_layer, n_head, len(answer))
+    monkeypatch.setattr(passkey, "key_attention", lambda *args: (known, True))
+    model = GPT(GPTConfig(block_size=320, vocab_size=257, n_layer=2, n_head=4, n_embd=32, pos="bam"))
+    report = passkey.attention_report(model, get_tokenizer("byte"), [340], [0.3], block_size=340)
+    for layer, head in itertools.product(range(2), range(4)):
+        fetch, copy = re.search(rf"^{layer}\.{head} +(\S+) / (\S+)$", report, flags=re.M).groups()
+        assert float(fetch) == round(known[layer, head, 1].item(), 3)
+        assert float(copy) == round(known[layer, head, 2:].mean().item(), 3)
 
 
 def test_passkey_set_of_several_lengths(tmp_path):
