@@ -147,8 +147,8 @@ def attention_report(model, tokenizer, lengths, depths, seed=0, chunk=1024, devi
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(1, 2, figsize=(3 + 2.2 * len(cols), 1 + 0.35 * len(rows)), squeeze=False)
-        for ax, grid, what in zip(axes[0], (fetch, copy), ("fetch: the key's first token", "copy: the later ones")):
+        fig, axes = plt.subplots(2, 1, figsize=(2.5 + 1.1 * len(cols), 2 + 0.7 * len(rows)), gridspec_kw=dict(hspace=0.45))
+        for ax, grid, what in zip(axes, (fetch, copy), ("fetch: the key's first token", "copy: the later ones")):
             im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
             for (r, c), x in np.ndenumerate(grid):
                 ax.text(c, r, f"{x:.2f}", ha="center", va="center", fontsize=7, color="w" if x < 0.5 else "k")
@@ -156,7 +156,7 @@ def attention_report(model, tokenizer, lengths, depths, seed=0, chunk=1024, devi
             ax.set_yticks(range(len(rows)), rows)
             ax.set_ylabel("layer.head")
             ax.set_title(f"attention mass on the key, {what}", fontsize=9)
-        fig.colorbar(im, ax=axes[0].tolist())
+        fig.colorbar(im, ax=axes.tolist(), fraction=0.03)
         fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
     return "\n".join(lines)
