@@ -147,7 +147,8 @@ def attention_report(model, tokenizer, lengths, depths, seed=0, chunk=1024, devi
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(2, 1, figsize=(2.5 + 1.1 * len(cols), 2 + 0.7 * len(rows)), gridspec_kw=dict(hspace=0.45))
+        fig, axes = plt.subplots(2, 1, figsize=(2.5 + 1.1 * len(cols), 2 + 0.7 * len(rows)),
+                                 gridspec_kw=dict(hspace=0.45))
         for ax, grid, what in zip(axes, (fetch, copy), ("fetch: the key's first token", "copy: the later ones")):
             im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
             for (r, c), x in np.ndenumerate(grid):
