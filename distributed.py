@@ -36,7 +36,7 @@ class Process:
         """Rank 0: the process that logs, evaluates and writes checkpoints."""
         return self.rank == 0
 
-    def any(self, flag):
+    def any_rank(self, flag):
         """True if `flag` is true on any process: under DDP an all-reduce, so that every rank takes the same branch
         (one rank stopping alone would leave the others waiting for it)."""
         if not self.ddp:

@@ -370,7 +370,7 @@ class Run:
         if self.proc.master:
             losses = self.losses = self.estimate_loss()
             bad = not finite(losses["train"], losses["val"])
-        if self.proc.any(bad):  # stop before it is logged or saved, every rank (the others would wait for rank 0)
+        if self.proc.any_rank(bad):  # stop before it is logged or saved, every rank (the others would wait for rank 0)
             self.fail("non-finite evaluation loss " + (f"(train {losses['train']}, val {losses['val']})" if self.proc.master
                                                        else "(rank 0's evaluation)"), self.iter_num)
         if self.proc.master:
@@ -418,7 +418,7 @@ class Run:
             self.scaler.unscale_(self.optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"] or math.inf)
             grad_norm = None if self.scaler.is_enabled() else grad_norm  # float16: GradScaler skips overflowing steps
-        if cfg["max_bad_steps"] and self.proc.any(not finite(loss, grad_norm)):  # the guard: a sync every step
+        if cfg["max_bad_steps"] and self.proc.any_rank(not finite(loss, grad_norm)):  # the guard: a sync every step
             self.bad_steps += 1
             self.log(f"iteration {self.iter_num + 1}: non-finite loss or gradient, step skipped ({self.bad_steps} of "
                      f"max_bad_steps={cfg['max_bad_steps']})")
@@ -433,7 +433,7 @@ class Run:
         if self.iter_num % cfg["log_interval"] == 0:
             lossf = loss.item() * cfg["gradient_accumulation_steps"]
             # every log step (the guard: every step); a NaN on any rank stops every rank at the same iteration
-            if not cfg["max_bad_steps"] and self.proc.any(not finite(lossf, grad_norm)):
+            if not cfg["max_bad_steps"] and self.proc.any_rank(not finite(lossf, grad_norm)):
                 self.fail(f"non-finite training loss ({lossf}, gradient norm "
                           f"{None if grad_norm is None else float(grad_norm)})", self.iter_num)
         if self.iter_num % cfg["log_interval"] == 0 and self.proc.master:
