@@ -205,8 +205,8 @@ class Run:
         self.data.enter_phase()
         lr = "the schedule's learning rate" if cfg["phase_lr"] is None else f"learning rate {cfg['phase_lr']:g}"
         self.log(f"phase from iteration {self.iter_num} (phase_from={cfg['phase_from']}): {self.data.data_dir}, "
-                 f"{self.data.batch_size} windows of {self.data.window} tokens ({self.tokens_per_iter:,} tokens per iteration), "
-                 f"{lr}")
+                 f"{self.data.batch_size} windows of {self.data.window} tokens ({self.tokens_per_iter:,} tokens per "
+                 f"iteration), {lr}")
 
     # ---------------------------------------------------------------- init or resume
 
@@ -286,7 +286,8 @@ class Run:
             truncate_log(self.log_file, self.log_size)
         self.log(f"nanoPE: pos={cfg['pos']} ssmax={cfg['ssmax']} | {self.raw_model.get_num_params() / 1e6:.2f}M "
                  f"parameters | device {self.proc.dev} ({self.proc.dtype}) | {self.proc.world} process(es) | "
-                 f"{self.tokens_per_iter:,} tokens per iteration | data {self.data.data_dir} ({self.data.meta['tokenizer']})")
+                 f"{self.tokens_per_iter:,} tokens per iteration | data {self.data.data_dir} "
+                 f"({self.data.meta['tokenizer']})")
         phase_sets_lr = cfg["phase_from"] is not None and cfg["phase_lr"] is not None
         if cfg["decay_lr"] and cfg["max_iters"] > cfg["lr_decay_iters"] and not (
                 phase_sets_lr and cfg["phase_from"] <= cfg["lr_decay_iters"]):
@@ -371,8 +372,8 @@ class Run:
             losses = self.losses = self.estimate_loss()
             bad = not finite(losses["train"], losses["val"])
         if self.proc.any_rank(bad):  # stop before it is logged or saved, every rank (the others would wait for rank 0)
-            self.fail("non-finite evaluation loss " + (f"(train {losses['train']}, val {losses['val']})" if self.proc.master
-                                                       else "(rank 0's evaluation)"), self.iter_num)
+            self.fail("non-finite evaluation loss " + (f"(train {losses['train']}, val {losses['val']})"
+                                                       if self.proc.master else "(rank 0's evaluation)"), self.iter_num)
         if self.proc.master:
             self.history.append([self.iter_num, losses["train"], losses["val"]])
             self.log(f"step {self.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
