@@ -308,7 +308,7 @@ def write_docs(pk_data, lm_data, docs, args):
     order = [name_of(*v) for v in VARIANTS]
     pk, lm = ({n: d["variants"][n] for n in order if d["variants"].get(n)} for d in (pk_data, lm_data))
     ps, ls, bs = pk_data["setting"], lm_data["setting"], DEMO["block_size"]
-    n_seeds, lengths, tail = len(ps["seeds"]), ps["passkey_lengths"], ps["phase_iters"]
+    lengths, tail = ps["passkey_lengths"], ps["phase_iters"]
     per_seed = lambda rows, key, n: {v: [[r[key][i] for r in s.values() if key in r] for i in range(n)]
                                      for v, s in rows.items()}  # {variant: [[each seed's value] per length]}
     scored, scored_pre = per_seed(pk, "passkey", len(lengths)), per_seed(pk, "passkey_pre", len(lengths))
@@ -344,7 +344,7 @@ def write_docs(pk_data, lm_data, docs, args):
            f"Budget: {ps['passkey_iters']:,} steps for every variant (`--passkey_iters`), the last {tail} on "
            f"prompts of {bs}-{DEMO['phase_train_block_size']:,} bytes, the cosine ending where they begin; seeds "
            f"{', '.join(map(str, ps['seeds']))}. A cell: the mean over seeds (their range; none if every seed "
-           f"scored the same; the count if fewer than {n_seeds}). learned: no last phase (`--phase_from=None`: "
+           f"scored the same; the count if fewer than the row's seeds). learned: no last phase (`--phase_from=None`: "
            f"no positions past {bs}), n/a past 1x. Val loss: the run's last evaluation, mean over seeds "
            f"(before the last phase on {bs}-byte prompts, at the end on the phase's).\n\n"]
     if not pk:
@@ -354,7 +354,7 @@ def write_docs(pk_data, lm_data, docs, args):
         rows = {n: v for n, v in table.items() if any(v)}
         if rows:
             out.append((title or "") + markdown_table({label(n): [", ".join(s for s, r in pk[n].items() if key in r)]
-                                                       + [cell(v, n_seeds) for v in rows[n]] + [val_loss(pk[n], key)]
+                                                       + [cell(v, len(pk[n])) for v in rows[n]] + [val_loss(pk[n], key)]
                                                        for n in rows},
                                                       ["seeds"] + [f"{x}x" for x in lengths] + ["val loss"]))
             out.append("\n![passkey accuracy against length](passkey.png)\n\n" * (title is None) + "".join(
