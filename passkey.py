@@ -10,8 +10,8 @@ Long prompts are prefilled through the KV cache in chunks of --chunk tokens, and
 scoring is exact but does only the work the answer needs (docs/spec.md §5): the last
 layer attends with the answer positions' queries alone, and a local prior's far keys,
 whose weight is provably below e^-40, are left out (evaluate.py). One 1,024x prompt of the CPU demo
-(327,680 bytes) takes ~1.5 minutes and ~2.5 GB on 2 cores (docs/results.md). Teacher-forced
-scoring runs the --batch_size prompts of one length together (right-padded).
+(327,680 bytes) takes ~90 s and ~2.4 GB on one thread (docs/lab-notes.md, "Cost of the exact fast
+scoring"). Teacher-forced scoring runs the --batch_size prompts of one length together (right-padded).
 
 Writes every result to --out (JSON, plus a CSV beside it) and an accuracy heatmap
 (length x depth) PNG. The JSON is rewritten after every batch: a run cut short (Ctrl-C,
@@ -143,6 +143,11 @@ def attention_report(model, tokenizer, lengths, depths, seed=0, chunk=1024, devi
              "head   " + " | ".join(f"{c:>16}" for c in cols)]
     lines += [f"{r:<6} " + " | ".join(f"{f'{x:.3f} / {y:.3f}':>16}" for x, y in zip(fetch[i], copy[i]))
               for i, r in enumerate(rows)]
+    lines += ["fetch: the retrieval step, from the question alone; copy: the later digits, each with the key's previous "
+              "token to go on.", "A column: the length (x the training length), d = the key's depth (0: the prompt's "
+              "start), ok / miss = the answer was right / wrong." * bool(block_size),
+              "A model that retrieves has a head with fetch near 1 at every length; a fetch mass that falls with the "
+              "length is a key fading among the far keys."]
     if path:
         import matplotlib
         matplotlib.use("Agg")
@@ -167,8 +172,8 @@ def main(argv=None):
     p = eval_parser(__doc__, "passkey", "teacher_forced")
     p.add_argument("--n_digits", type=positive_int, default=5)
     p.add_argument("--attention", action="store_true",
-                   help="diagnostic instead of accuracy: attention mass of every head on the key, at the query of "
-                        "the key's first token and over the later ones, one prompt per length and depth (table, and "
+                   help="diagnostic instead of accuracy: attention mass of every head on the key, at the query that "
+                        "predicts the key's first token (fetch) and over the later answer positions (copy), one prompt per length and depth (table, and "
                         "<ckpt dir>/key_attention.png)")
     args = p.parse_args(argv)
     ev = load_eval(p, args, "passkey")

@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from attention_bam import GGD_EPS
+from configurator import InputError, MissingFileError
 
 
 def plot_history(history, path):
@@ -99,10 +100,19 @@ def plot_lines(table, lengths, ylabel, path, logy=False):
 
 
 def passkey_by_length(path):
-    """{length in multiples of block_size: accuracy or None} of a passkey.py results JSON, and its title's name."""
-    with open(path) as f:
-        res = json.load(f)
-    block = res["meta"]["block_size"]
+    """{length in multiples of block_size: accuracy or None} of a passkey.py results JSON ({"meta": {"block_size"},
+    "results": [{"length", "correct"}]}). Raises MissingFileError if path does not exist, InputError if it is not
+    such a JSON."""
+    if not os.path.isfile(path):
+        raise MissingFileError(f"no file {path}: give the JSON that passkey.py --out wrote (out_dir/passkey.json)")
+    try:
+        with open(path) as f:
+            res = json.load(f)
+        block = res["meta"]["block_size"]
+        res["results"][0]["length"], res["results"][0]["correct"]
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        raise InputError(f"{path} is not a passkey.py results JSON with results ({type(e).__name__}: {e}): give the "
+                         f"file passkey.py --out wrote") from None
     by_length = {}
     for r in res["results"]:
         L = r["length"] // block if r["length"] % block == 0 else r["length"] / block
@@ -116,6 +126,8 @@ def main(argv=None):
                    "name; files of one name make one line (e.g. 1x-64x in one, 128x-1024x in another)")
     p.add_argument("--out", required=True, help="PNG to write")
     args = p.parse_args(argv)
+    if not args.out.endswith(".png") or not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        raise InputError(f"--out={args.out}: give a .png path in a folder that exists")
     table, lengths = {}, set()
     for item in args.results:
         name, path = item.split("=", 1) if "=" in item else (os.path.basename(os.path.dirname(os.path.abspath(item))), item)

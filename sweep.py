@@ -1,7 +1,7 @@
 """
-The papers' comparison at CPU scale (SPEC §7) at the CPU demo's recipe: the 12 positional variants, 3 seeds each,
-passkey retrieval against length; and a language model per variant and seed trained to its plateau, perplexity
-against length.
+The papers' comparison at CPU scale (SPEC §7) at the CPU demo's recipe: 12 variant rows (the 8 --pos values, four
+of them also with SSMax), 3 seeds each, passkey retrieval against length; and a language model per variant and seed
+trained to its plateau, perplexity against length.
 
     python sweep.py                                # all of it (hours: "Wall times" in docs/results.md)
     python sweep.py --only=alibi,rope --seeds=1    # a part: finished runs are reused, every other row kept
@@ -295,6 +295,15 @@ def cell(values, n_seeds, percent=True):
     return text(mean) + "%" * percent + (f" ({', '.join(notes)})" if notes else "")
 
 
+def seeds_text(rows, planned):
+    """The seeds of a half ({variant: {seed: row}}): "1337, 1, 2" if they are the planned ones, else "1337, 1, 2
+    planned; rows so far: 1337"."""
+    have = [s for s in dict.fromkeys(str(x) for x in planned) if any(s in r for r in rows.values())]
+    have += sorted({s for r in rows.values() for s in r} - set(have))  # seeds run with --seeds beyond the plan
+    text = ", ".join(map(str, planned))
+    return text if have == [str(x) for x in planned] else f"{text} planned; rows so far: {', '.join(have) or 'none'}"
+
+
 def markdown_table(table, columns):
     """{row name: cells} under the header "variant" + columns, as a markdown table."""
     return (f"| variant | {' | '.join(columns)} |\n|---|" + "---|" * len(columns) + "\n" +
@@ -343,7 +352,7 @@ def write_docs(pk_data, lm_data, docs, args):
            f"{ps['depths']} depths x {ps['samples']} samples per length; training length {bs} bytes)\n\n"
            f"Budget: {ps['passkey_iters']:,} steps for every variant (`--passkey_iters`), the last {tail} on "
            f"prompts of {bs}-{DEMO['phase_train_block_size']:,} bytes, the cosine ending where they begin; seeds "
-           f"{', '.join(map(str, ps['seeds']))}. A cell: the mean over seeds (their range; none if every seed "
+           f"{seeds_text(pk, ps['seeds'])}. A cell: the mean over seeds (their range; none if every seed "
            f"scored the same; the count if fewer than the row's seeds). learned: no last phase (`--phase_from=None`: "
            f"no positions past {bs}), n/a past 1x. Val loss: the run's last evaluation, mean over seeds "
            f"(before the last phase on {bs}-byte prompts, at the end on the phase's).\n\n"]
@@ -360,7 +369,7 @@ def write_docs(pk_data, lm_data, docs, args):
             out.append("\n![passkey accuracy against length](passkey.png)\n\n" * (title is None) + "".join(
                 f"![passkey heatmap, {n} (seed {next(iter(pk[n]))})](heatmap-{n}.png)\n" for n in heatmaps
                 if title is None) + "\n")
-    out.append(f"## Perplexity on held-out tiny Shakespeare (bytes; seeds {', '.join(map(str, ls['seeds']))})\n\n"
+    out.append(f"## Perplexity on held-out tiny Shakespeare (bytes; seeds {seeds_text(lm, ls['seeds'])})\n\n"
                f"S steps (`--lm_iters`; lr {ls['lm_lr']:g}, TAPA 1/5 of it; {ls['lm_block']}-byte windows, 16 a "
                f"batch, the cosine to S), evaluated every S/20. A cell: the mean over the seeds of its row (their "
                f"range; none if every seed's prints the same), {ls['ppl_tokens']:,} scored tokens per length. Full "

@@ -204,3 +204,20 @@ def test_plots_cli_joins_files_of_one_name(tmp_path, monkeypatch):
     plots.main([f"bam={near}", f"bam={far}", f"alibi={other}", "--out", str(tmp_path / "x.png")])
     assert drawn["lengths"] == [1, 64, 128, 1024]
     assert drawn["table"] == {"bam": [1.0, 0.75, 0.5, 0.0], "alibi": [0.5, None, None, None]}
+
+
+def test_plots_cli_bad_inputs_name_the_fix(tmp_path):
+    """plots.py: a missing file, a JSON that is not passkey.py's (sweep-lm.json), a folder that does not exist for
+    --out: one-line errors (InputError, MissingFileError) that name the fix, not tracebacks."""
+    import plots
+    from configurator import InputError, MissingFileError
+    good = tmp_path / "passkey.json"
+    good.write_text(json.dumps(dict(meta=dict(block_size=8), results=[dict(length=8, depth=0.0, correct=1)])))
+    other = tmp_path / "sweep-lm.json"
+    other.write_text(json.dumps(dict(setting={}, variants={})))
+    with pytest.raises(MissingFileError, match="passkey.py --out"):
+        plots.main([str(tmp_path / "none.json"), "--out", str(tmp_path / "x.png")])
+    with pytest.raises(InputError, match="not a passkey.py results JSON"):
+        plots.main([str(other), "--out", str(tmp_path / "x.png")])
+    with pytest.raises(InputError, match="folder that exists"):
+        plots.main([str(good), "--out", str(tmp_path / "no" / "x.png")])

@@ -162,6 +162,15 @@ def test_a_failed_scratch_command_leaves_out_dir_as_it_was(tmp_path, data_dir, t
     assert snapshot(out) == before
 
 
+@pytest.mark.parametrize("arg, message", [("--pos=foo", "unknown pos 'foo'"), ("--batch_size=0", "batch_size must be"),
+                                          ("--n_head=3", "divisible by n_head=3")])
+def test_train_py_names_a_bad_setting_before_printing_the_settings(tmp_path, monkeypatch, capsys, arg, message):
+    """python train.py with a bad setting: the one-line error comes first, not after the whole config's JSON."""
+    with pytest.raises(InputError, match=message):
+        main(monkeypatch, f"--out_dir={tmp_path}", arg)
+    assert capsys.readouterr().out == "" and os.listdir(tmp_path) == []
+
+
 def test_a_new_run_moves_the_earlier_checkpoint_only_when_it_saves(tmp_path, data_dir):
     """ckpt.pt of the earlier run stays in place until the new run writes its first checkpoint (an evaluation-only
     run never does); then it is ckpt.pt.prev."""

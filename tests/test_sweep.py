@@ -11,7 +11,7 @@ import sweep
 from checkpoint import read_checkpoint
 from configurator import InputError
 from passkey import run_passkey
-from sweep import VARIANTS, add_row, cell, markdown_table, name_of, plateau, spread
+from sweep import VARIANTS, add_row, cell, markdown_table, name_of, plateau, seeds_text, spread
 
 
 def quick(tmp_path, shakespeare_path, *args, docs=""):
@@ -125,6 +125,16 @@ def test_add_row_keeps_rows_written_meanwhile(tmp_path):
     add_row(str(path), data, "nope", "1337", {"ppl": 5})  # a variant's first row
     other["rope"]["2"], other["nope"] = {"acc": 4}, {"1337": {"ppl": 5}}
     assert json.loads(path.read_text())["variants"] == other == data["variants"]
+
+
+def test_headings_name_the_seeds_the_rows_have():
+    """A half's heading gives the planned seeds, and the seeds its rows have where they differ (seed order: the
+    plan's, then others), so "seeds 1337, 1, 2" never heads rows of seed 1337 alone."""
+    planned = [1337, 1, 2]
+    assert seeds_text({"bam": {"1337": {}, "2": {}, "1": {}}, "rope": {"1337": {}}}, planned) == "1337, 1, 2"
+    assert seeds_text({"bam": {"1337": {}}, "rope": {"2": {}}}, planned) == "1337, 1, 2 planned; rows so far: 1337, 2"
+    assert seeds_text({"bam": {"7": {}, "1": {}}}, planned) == "1337, 1, 2 planned; rows so far: 1, 7"
+    assert seeds_text({}, planned).endswith("rows so far: none")
 
 
 def test_mean_and_range_over_seeds():
