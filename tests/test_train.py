@@ -373,3 +373,18 @@ def test_readme_and_help_agree(capsys, monkeypatch):
     offered = re.search(r"^  --pos=\w+ +\(one of: ([\w, ]+)\)$", out, flags=re.M).group(1).split(", ")
     table = re.findall(r"^\| `(\w+)` \|", readme, flags=re.M)
     assert table == offered == list(POS_VARIANTS), f"README's variant table {table}, --help {offered}"
+
+
+def test_readme_sections_it_quotes_exist():
+    """The README stays one a newcomer finishes (at most 150 lines: the lab notes live in docs/). Every `[...](docs/F.md), "Section"` of the README names a heading of F (the heading begins with the quote), so a
+    newcomer following a link finds the section; and every docs/ file the README links to exists."""
+    root = pathlib.Path(train.__file__).parent
+    readme = (root / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150, "README.md past 150 lines: move the detail to docs/"
+    for path in set(re.findall(r"\]\((docs/[^)#]+)\)", readme)):
+        assert (root / path).is_file(), f"README links to {path}, which does not exist"
+    quoted = re.findall(r"\]\((docs/[\w.-]+\.md)\), \"([^\"]+)\"", readme)
+    assert quoted
+    for path, section in quoted:
+        headings = re.findall(r"^#+ (.+)$", (root / path).read_text(), flags=re.M)
+        assert any(h.startswith(section) for h in headings), f"README quotes {path}, \"{section}\": no such heading"
