@@ -494,6 +494,10 @@ def main():
     if cfg["init_from"] == "resume":  # the run goes on with its own settings, changed only where argv says
         cfg = resume_config(argv, defaults, cfg["out_dir"])
     check_settings(cfg)  # a bad setting is one line, before the settings are printed
+    try:  # the model's settings (a dataset's vocab_size comes later)
+        GPTConfig(**dict({k: cfg[k] for k in MODEL_KEYS}, vocab_size=cfg["vocab_size"] or 1))
+    except ValueError as e:
+        raise InputError(str(e)) from None
     print(json.dumps(cfg))
     train(cfg)  # Ctrl-C: train() says what it saved, run_script exits with status 130
 
