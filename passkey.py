@@ -13,8 +13,9 @@ whose weight is provably below e^-40, are left out (evaluate.py). One 1,024x pro
 (327,680 bytes) takes ~90 s and ~2.4 GB on one thread (docs/lab-notes.md, "Cost of the exact fast
 scoring"). Teacher-forced scoring runs the --batch_size prompts of one length together (right-padded).
 
-Writes every result to --out (JSON, plus a CSV beside it) and an accuracy heatmap
-(length x depth) PNG. The JSON is rewritten after every batch: a run cut short (Ctrl-C,
+Prints the accuracy per length and depth and, under it, where the misses are (miss_table: the key's first
+character wrong, a failed fetch, or a later one, a failed copy). Writes every result to --out (JSON, plus a
+CSV beside it) and an accuracy heatmap (length x depth) PNG. The JSON is rewritten after every batch: a run cut short (Ctrl-C,
 a crash) goes on from where it stopped when the same command runs again (same
 checkpoint and settings). An earlier finished result is kept (the new one goes to
 passkey-2.json, ...) unless --overwrite.
@@ -168,6 +169,38 @@ def attention_report(model, tokenizer, lengths, depths, seed=0, chunk=1024, devi
     return "\n".join(lines)
 
 
+def miss_table(results, block_size=None):
+    """Where the wrong answers go wrong (docs/results.md, "The far end at 6,000 steps"): a text table, one row per
+    length with misses. Columns: the misses; those with the first character wrong and every later one right (the
+    fetch failed: the first character has only the question to go on); those with a later character wrong (the
+    copy failed; teacher-forced, each later character has the key's previous one to go on); and the character
+    put most often where the key has another, with its count (a default the model falls back on).
+    results: run_passkey's dicts (answer and predicted compared character by character, spaces stripped).
+    Returns "" if no answer is wrong."""
+    from collections import Counter
+    lines = []
+    for L in sorted({r["length"] for r in results}):
+        wrong = Counter()
+        first_only = later = misses = 0
+        for r in results:
+            if r["length"] != L or r["correct"] is not False:
+                continue
+            a, p = r["answer"].strip(), r["predicted"].strip().ljust(len(r["answer"].strip()))
+            bad = [i for i in range(len(a)) if p[i] != a[i]]
+            misses += 1
+            first_only += bad == [0]
+            later += any(i > 0 for i in bad)
+            wrong.update(p[i] for i in bad)
+        if misses:
+            ch, n = wrong.most_common(1)[0] if wrong else ("", 0)
+            mult = f"{L / block_size:g}x" if block_size else ""
+            lines.append(f"{L:>8} {mult:>6} | {misses:>6} {first_only:>12} {later:>12} | {ch!r:>5} x {n}")
+    if not lines:
+        return ""
+    return "\n".join([f"{'length':>8} {'x':>6} | {'misses':>6} {'first only':>12} {'a later one':>12} | "
+                      "most common wrong character"] + lines)
+
+
 def main(argv=None):
     p = eval_parser(__doc__, "passkey", "teacher_forced")
     p.add_argument("--n_digits", type=positive_int, default=5)
@@ -203,6 +236,10 @@ def main(argv=None):
     print(f"\npasskey accuracy, {ev.name}, {ev.ckpt_path}, block_size {block_size}, mode {args.mode}, "
           f"{args.samples} samples per cell, {time.time() - ev.t0:.1f} s")
     print(format_table(results, block_size))
+    misses = miss_table(results, block_size)
+    if misses:
+        print("\nwhere the misses are (first only: the key's first character wrong, the fetch; a later one: the copy)")
+        print(misses)
     paths = write_results(results, out, meta)
     print("wrote " + ", ".join(paths))
 

@@ -165,6 +165,26 @@ def save_ckpt(model, path):
                 "best_val_loss": 0.0, "config": {"dataset": "none"}, "tokenizer": "byte"}, path)
 
 
+def test_miss_table_splits_fetch_from_copy(byte_tok):
+    r = lambda L, key, pred: dict(length=L, answer=f" {key}", predicted=f" {pred}", correct=pred == key)
+    results = [r(320, "47940", "37940"), r(320, "20020", "30020"), r(320, "12345", "12345"),  # first digit only
+               r(640, "84965", "30000"), r(640, "70820", "70822"), r(640, "11111", "11"),  # later digits; short
+               r(960, "55555", "55555")]
+    lines = passkey.miss_table(results, block_size=320).splitlines()
+    assert len(lines) == 3  # header, 1x, 2x; no row for 3x, where nothing missed
+    assert lines[1].split() == ["320", "1x", "|", "2", "2", "0", "|", "'3'", "x", "2"]
+    # 2x: 30000 has all five wrong (the first and later ones), 70822 the last, "11" three missing (' ')
+    assert lines[2].split()[:7] == ["640", "2x", "|", "3", "0", "3", "|"]
+    assert lines[2].split()[-3:] == ["'0'", "x", "4"]  # wrong characters: 3 and four 0s, one 2, three spaces
+    assert passkey.miss_table([r(320, "12345", "12345")]) == ""
+    # from a scored run: a stub that names every digit wrong misses every prompt at every position
+    m = passkey_min_length(byte_tok)
+    wrong = passkey.run_passkey(CopyStub(wrong=True), byte_tok, [m, m + 150], depths=2, samples=2, chunk=50,
+                                progress=False)
+    rows = [line.split() for line in passkey.miss_table(wrong).splitlines()[1:]]
+    assert [(row[2], row[3], row[4]) for row in rows] == [("4", "0", "4")] * 2
+
+
 def test_cli(tmp_path, capsys):
     save_ckpt(tiny_gpt(block_size=256), tmp_path / "ckpt.pt")
     passkey.main(["--out_dir", str(tmp_path), "--lengths", "1x,300", "--depths", "2", "--samples", "1",
