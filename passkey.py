@@ -15,10 +15,9 @@ scoring"). Teacher-forced scoring runs the --batch_size prompts of one length to
 
 Prints the accuracy per length and depth and, under it, where the misses are (miss_table: the key's first
 character wrong, a failed fetch, or a later one, a failed copy). Writes every result to --out (JSON, plus a
-CSV beside it) and an accuracy heatmap (length x depth) PNG. The JSON is rewritten after every batch: a run cut short (Ctrl-C,
-a crash) goes on from where it stopped when the same command runs again (same
-checkpoint and settings). An earlier finished result is kept (the new one goes to
-passkey-2.json, ...) unless --overwrite.
+CSV beside it) and an accuracy heatmap (length x depth) PNG. The JSON is rewritten after every batch: a run
+cut short (Ctrl-C, a crash) goes on from where it stopped when the same command runs again (same checkpoint
+and settings). An earlier finished result is kept (the new one goes to passkey-2.json, ...) unless --overwrite.
 """
 import os
 import random
