@@ -12,12 +12,15 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
+import threading
 import time
 
 import filelock
 import torch
+from tqdm import tqdm
 
 from configurator import InputError, MissingFileError, NanoPEError, check_device, get_config, write_json
 
@@ -60,6 +63,30 @@ def hold_out_dir(out_dir):
             os.remove(owner)
         lock.release()
     return release
+
+class CtrlC:
+    """Ctrl-C while a run trains, in one process (not DDP) and its main thread: the first sets `requested` (the run
+    checkpoints at the end of its iteration, then stops), a second raises KeyboardInterrupt at once. Elsewhere
+    (DDP, another thread) it does nothing. close() puts the earlier SIGINT handler back."""
+
+    def __init__(self, active):
+        self.requested = False
+        self.active = active and threading.current_thread() is threading.main_thread()
+        if self.active:
+            self.previous = signal.signal(signal.SIGINT, self.on_sigint)
+
+    def on_sigint(self, signum, frame):
+        if self.requested:
+            self.close()
+            raise KeyboardInterrupt
+        self.requested = True
+        tqdm.write("Ctrl-C: checkpointing at the end of this iteration (Ctrl-C again to stop at once)")
+
+    def close(self):
+        if self.active:
+            signal.signal(signal.SIGINT, self.previous)
+            self.active = False
+
 
 PREV = ".prev"  # suffix of the earlier checkpoint kept beside ckpt.pt
 

@@ -5,6 +5,7 @@ Every failure is one line that names the fix (configurator.run_script prints it)
 """
 import math
 import os
+from dataclasses import fields
 
 import torch
 
@@ -82,12 +83,28 @@ def check_data(data_dir, meta, window, window_key="block_size", document_mask=Fa
                          f"prompts with EOT instead: use --document_mask=False")
 
 
-def build_model(model_args):
-    """GPT(GPTConfig(**model_args)); their ValueError for a bad model setting becomes an InputError."""
+def model_args_of(cfg, meta):
+    """The GPTConfig arguments of a new model: every GPTConfig field from cfg, vocab_size from the dataset's
+    tokenizer (meta) unless cfg sets it. Raises InputError if cfg's vocab_size is smaller than the tokenizer's."""
+    vocab = meta["vocab_size"] if cfg["vocab_size"] is None else cfg["vocab_size"]
+    if cfg["vocab_size"] is None and meta["vocab_size"] > 1000:
+        vocab = (vocab + 63) // 64 * 64  # pad GPT-2's 50257 to 50304 for faster matmuls
+    if vocab < meta["vocab_size"]:
+        raise InputError(f"vocab_size={vocab} is smaller than the dataset's tokenizer ({meta['vocab_size']})")
+    return dict({f.name: cfg[f.name] for f in fields(GPTConfig)}, vocab_size=vocab)
+
+
+def model_config(model_args):
+    """GPTConfig(**model_args); its ValueError for a bad model setting becomes an InputError."""
     try:
-        return GPT(GPTConfig(**model_args))
+        return GPTConfig(**model_args)
     except ValueError as e:
         raise InputError(str(e)) from None
+
+
+def build_model(model_args):
+    """GPT(GPTConfig(**model_args)); InputError for a bad model setting (model_config)."""
+    return GPT(model_config(model_args))
 
 
 class NonFiniteError(NanoPEError):

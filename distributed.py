@@ -67,6 +67,14 @@ class Process:
             torch.cuda.set_rng_state(rng_cuda)
         return True
 
+    def wrap(self, model):
+        """The model as this process trains it: in DistributedDataParallel under DDP (on this rank's GPU on CUDA),
+        else the model itself."""
+        if not self.ddp:
+            return model
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        return DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if self.device_type == "cuda" else None)
+
     def barrier(self):
         """Wait for every rank (nothing without DDP)."""
         if self.ddp:

@@ -21,9 +21,7 @@ and resumed to 40 equals a run of 40 (docs/training.md, "Checkpoints and resumin
 import json
 import math
 import os
-import signal
 import sys
-import threading
 import time
 from dataclasses import fields
 
@@ -31,9 +29,10 @@ import torch
 from tqdm import tqdm
 
 import distributed
-from checkpoint import (hold_out_dir, keeps_previous, prev_path, resume_checkpoint, resume_config, save_checkpoint,
-                        truncate_log)
-from checks import NonFiniteError, build_model, check_settings, finite, nonfinite_message
+from checkpoint import (CtrlC, hold_out_dir, keeps_previous, prev_path, resume_checkpoint, resume_config,
+                        save_checkpoint, truncate_log)
+from checks import (NonFiniteError, build_model, check_settings, finite, model_args_of, model_config,
+                    nonfinite_message)
 from data.batches import RunData
 from configurator import InputError, get_config, run_script
 from attention_tapa import TAPA_PHASES
@@ -56,7 +55,8 @@ wandb_log = False
 wandb_project = "nanope"
 wandb_run_name = None  # default: "<pos>[+ssmax]"
 # data
-dataset = "passkey_byte_320"  # a folder under data/ (or a path); the synthetic passkey_<tokenizer>_<length> is made if missing
+# a folder under data/ (or a path); the synthetic passkey_<tokenizer>_<length> is made if missing
+dataset = "passkey_byte_320"
 gradient_accumulation_steps = 1
 batch_size = 8
 # tokens per training window; None: block_size. Longer windows train the model past block_size, the length passkey.py
@@ -119,17 +119,6 @@ def demo_config(argv=()):
 CONFIG_KEYS = list(default_config())
 
 
-def model_args_of(cfg, meta):
-    """The GPTConfig arguments of a new model: every GPTConfig field from cfg, vocab_size from the dataset's
-    tokenizer (meta) unless cfg sets it. Raises InputError if cfg's vocab_size is smaller than the tokenizer's."""
-    vocab = meta["vocab_size"] if cfg["vocab_size"] is None else cfg["vocab_size"]
-    if cfg["vocab_size"] is None and meta["vocab_size"] > 1000:
-        vocab = (vocab + 63) // 64 * 64  # pad GPT-2's 50257 to 50304 for faster matmuls
-    if vocab < meta["vocab_size"]:
-        raise InputError(f"vocab_size={vocab} is smaller than the dataset's tokenizer ({meta['vocab_size']})")
-    return dict({k: cfg[k] for k in MODEL_KEYS}, vocab_size=vocab)
-
-
 def get_lr(it, cfg):
     """Learning rate at iteration it: linear warmup, cosine decay to min_lr, then min_lr; phase_lr in the last
     phase (from phase_from on) if it is set."""
@@ -178,8 +167,7 @@ class Run:
     def __init__(self, cfg):
         self.cfg = dict(cfg)
         self.settings = dict(cfg)  # what checkpoints record: the settings as given, the model's own below
-        self.bar, self.catch_ctrl_c, self.previous_handler, self.interrupted = None, False, None, []
-        self.release_out_dir = None
+        self.bar, self.ctrl_c, self.release_out_dir = None, None, None
 
     # ---------------------------------------------------------------- setup: settings, device, dtype, DDP
 
@@ -239,13 +227,8 @@ class Run:
         if ckpt is not None:
             self.restore(ckpt)
         self.scaler = torch.amp.GradScaler(self.proc.device_type, enabled=(self.proc.dtype == "float16"))
-        self.raw_model = self.model = model
-        if cfg["compile"]:
-            self.model = torch.compile(model)
-        if self.proc.ddp:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-            self.model = DDP(self.model, device_ids=[int(os.environ["LOCAL_RANK"])] if self.proc.device_type == "cuda"
-                             else None)
+        self.raw_model = model
+        self.model = self.proc.wrap(torch.compile(model) if cfg["compile"] else model)  # DDP under torchrun
         return None
 
     def restore(self, ckpt):
@@ -298,16 +281,7 @@ class Run:
                         desc="train")
         # Ctrl-C (one process, not DDP): finish the iteration, write a checkpoint that resumes exactly, stop.
         # A second Ctrl-C stops at once.
-        self.catch_ctrl_c = not self.proc.ddp and threading.current_thread() is threading.main_thread()
-        if self.catch_ctrl_c:
-            self.previous_handler = signal.signal(signal.SIGINT, self.on_ctrl_c)
-
-    def on_ctrl_c(self, signum, frame):
-        if self.interrupted:
-            signal.signal(signal.SIGINT, self.previous_handler)
-            raise KeyboardInterrupt
-        self.interrupted.append(True)
-        tqdm.write("Ctrl-C: checkpointing at the end of this iteration (Ctrl-C again to stop at once)")
+        self.ctrl_c = CtrlC(active=not self.proc.ddp)
 
     def close(self):
         if self.bar is not None:
@@ -315,9 +289,8 @@ class Run:
         if self.release_out_dir is not None:
             self.release_out_dir()
             self.release_out_dir = None
-        if self.catch_ctrl_c:
-            signal.signal(signal.SIGINT, self.previous_handler)
-            self.catch_ctrl_c = False
+        if self.ctrl_c is not None:
+            self.ctrl_c.close()
         self.proc.close()  # DDP's process group
 
     def log(self, msg):
@@ -343,7 +316,7 @@ class Run:
                 return self.losses
             if cfg["phase_from"] is not None and self.iter_num >= cfg["phase_from"] and not self.data.in_phase:
                 self.enter_phase()  # after the evaluation at phase_from, which is still on the first data
-            if self.interrupted:
+            if self.ctrl_c.requested:
                 self.stop_interrupted()
             self.step()
 
@@ -494,10 +467,7 @@ def main():
     if cfg["init_from"] == "resume":  # the run goes on with its own settings, changed only where argv says
         cfg = resume_config(argv, defaults, cfg["out_dir"])
     check_settings(cfg)  # a bad setting is one line, before the settings are printed
-    try:  # the model's settings (a dataset's vocab_size comes later)
-        GPTConfig(**dict({k: cfg[k] for k in MODEL_KEYS}, vocab_size=cfg["vocab_size"] or 1))
-    except ValueError as e:
-        raise InputError(str(e)) from None
+    model_config(dict({k: cfg[k] for k in MODEL_KEYS}, vocab_size=cfg["vocab_size"] or 1))  # a dataset's comes later
     print(json.dumps(cfg))
     train(cfg)  # Ctrl-C: train() says what it saved, run_script exits with status 130
 
