@@ -7,6 +7,7 @@ out_dir/ckpt.pt is the run's checkpoint. A new run (init_from=scratch) in an out
 holds one moves it to ckpt.pt.prev when it writes its own first checkpoint; train.py refuses
 to start such a run while ckpt.pt.prev is taken too, so no run overwrites another's checkpoint.
 An out_dir belongs to one run at a time (hold_out_dir): a second run there stops at once.
+Ctrl-C while a run trains asks for a checkpoint at the end of the iteration (CtrlC).
 """
 import hashlib
 import json
