@@ -65,6 +65,7 @@ def hold_out_dir(out_dir):
         lock.release()
     return release
 
+
 class CtrlC:
     """Ctrl-C while a run trains, in one process (not DDP) and its main thread: the first sets `requested` (the run
     checkpoints at the end of its iteration, then stops), a second raises KeyboardInterrupt at once. Elsewhere
