@@ -71,7 +71,7 @@ PLATEAU_RULE = ("the mean val loss of the last 3 evaluations is less than 2% bel
 # TAPA at 6,000: 2.5% (val loss 1.68): 12,000. NoPE at 12,000: 2.00%, on the rule's line (val loss 1.76).
 LM_ITERS = {"nope": 12000, "nope+ssmax": 12000, "tapa": 12000}  # a guess that the plateau rule checks
 # PASSKEY_BUDGET, the passkey half's steps for every variant. At the demo's 2,300 (2,000 + the 300 of the last
-# phase; docs/results.md, "The sweep at the demo's 2,300 steps") the copy of RoPE (val loss 0.057 at 2,000), NoPE +
+# phase; docs/lab-notes.md, "The sweep at the demo's 2,300 steps") the copy of RoPE (val loss 0.057 at 2,000), NoPE +
 # SSMax (0.081) and TAPA at lr/5 (0.137) had not formed; the copy is at val loss ~0.041. At 4,000 (2026-12-04,
 # seed 1337 of five variants; docs/lab-notes.md, "The sweep at 4,000 steps") TAPA's had not either (val loss 0.077
 # at step 3,700, 25% at 1x), and in the first sweep (lr 1e-3, no last phase; docs/lab-notes.md) TAPA's at lr/5 formed by ~6,000. So every
