@@ -16,7 +16,7 @@ learned without the last phase (--phase_from=None: no positions past 320; its la
 prompts, at min_lr). Each run is scored twice, at 1x-64x with 5 depths x 4 samples: at the step where the last
 phase begins (the run stops there, in passkey-<name>-s<seed>/pre-phase/, and goes on from a copy) and at the end.
 LM half, per variant and seed (out_dir/lm-<name>-s<seed>-<S>/): the same model on tiny Shakespeare bytes
-(256-byte windows, 16 a batch, lr 1e-3, TAPA 2e-4) for S steps (3,000; sinusoidal 6,000; NoPE, NoPE + SSMax,
+(256-byte windows, 16 a batch, lr 1e-3, TAPA 2e-4) for S steps (3,000; sinusoidal, learned 6,000; NoPE, NoPE + SSMax,
 TAPA 12,000: LM_ITERS; --lm_iters sets every variant's), evaluated every S/20; its row records S; then perplexity
 on the first ppl_tokens of the held-out 10% at 1x-16x, full windows and a sliding window of stride 256
 (eval_ppl.py); PLATEAU_RULE on its log.
@@ -71,8 +71,9 @@ PLATEAU_RULE = ("the mean val loss of the last 3 evaluations is less than 2% bel
 # too (3.3%, val loss 1.91). Cost: ~2.5-2.9 it/s on 2 threads alone, ~20 minutes a variant at 3,000.
 # At 6,000 (2026-12-04) NoPE and NoPE + SSMax were still falling (2.6%, 3.3%; val loss 1.82, 1.73): 12,000.
 # TAPA at 6,000: 2.5% (val loss 1.68): 12,000. NoPE at 12,000: 2.00%, on the rule's line (val loss 1.76).
-# Sinusoidal at 3,000: 1.9% with seeds 1337 and 1, 2.5% with seed 2 too (2026-12-07; seed 2 alone 3.7%): 6,000.
-LM_ITERS = {"nope": 12000, "nope+ssmax": 12000, "tapa": 12000, "sinusoidal": 6000}  # a guess the plateau rule checks
+# At 3,000 with three seeds (2026-12-07): sinusoidal 2.5% (1.9% on seeds 1337 and 1), learned 2.1% (1.7%): 6,000.
+LM_ITERS = {"nope": 12000, "nope+ssmax": 12000, "tapa": 12000,  # a guess that the plateau rule checks
+            "sinusoidal": 6000, "learned": 6000}
 # PASSKEY_BUDGET, the passkey half's steps for every variant. At the demo's 2,300 (2,000 + the 300 of the last
 # phase; docs/lab-notes.md, "The sweep at the demo's 2,300 steps") the copy of RoPE (val loss 0.057 at 2,000), NoPE +
 # SSMax (0.081) and TAPA at lr/5 (0.137) had not formed; the copy is at val loss ~0.041. At 4,000 (2026-12-04,
@@ -222,7 +223,7 @@ def main(argv=None):
     p.add_argument("--passkey_iters", type=positive_int,
                    help=f"every variant's passkey budget (default {PASSKEY_BUDGET:,})")
     p.add_argument("--lm_iters", type=positive_int, help="the LM half's steps S, every variant's "
-                   "(default 3,000; sinusoidal 6,000; NoPE, NoPE + SSMax and TAPA 12,000: LM_ITERS)")
+                   "(default 3,000; sinusoidal, learned 6,000; NoPE, NoPE + SSMax and TAPA 12,000: LM_ITERS)")
     p.add_argument("--out_dir", default=os.path.join(ROOT, "out-sweep"), help="checkpoints and raw results")
     p.add_argument("--input", default=None, help="a local tinyshakespeare.txt (default: ../shared, else download)")
     p.add_argument("--docs", default=None, help="results.md, sweep-passkey.json, sweep-lm.json, plots "
