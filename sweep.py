@@ -222,8 +222,8 @@ def main(argv=None):
     p.add_argument("--half", choices=["both", "passkey", "lm"], default="both", help="which half to run")
     p.add_argument("--passkey_iters", type=positive_int,
                    help=f"every variant's passkey budget (default {PASSKEY_BUDGET:,})")
-    p.add_argument("--lm_iters", type=positive_int, help="the LM half's steps S, every variant's "
-                   "(default 3,000; sinusoidal, learned 6,000; NoPE, NoPE + SSMax and TAPA 12,000: LM_ITERS)")
+    p.add_argument("--lm_iters", type=positive_int, help=f"the LM half's steps S, every variant's (default "
+                   f"{FULL['lm_iters']:,}; " + ", ".join(f"{k} {v:,}" for k, v in LM_ITERS.items()) + ": LM_ITERS)")
     p.add_argument("--out_dir", default=os.path.join(ROOT, "out-sweep"), help="checkpoints and raw results")
     p.add_argument("--input", default=None, help="a local tinyshakespeare.txt (default: ../shared, else download)")
     p.add_argument("--docs", default=None, help="results.md, sweep-passkey.json, sweep-lm.json, plots "
