@@ -16,8 +16,8 @@ learned without the last phase (--phase_from=None: no positions past 320; its la
 prompts, at min_lr). Each run is scored twice, at 1x-64x with 5 depths x 4 samples: at the step where the last
 phase begins (the run stops there, in passkey-<name>-s<seed>/pre-phase/, and goes on from a copy) and at the end.
 LM half, per variant and seed (out_dir/lm-<name>-s<seed>-<S>/): the same model on tiny Shakespeare bytes
-(256-byte windows, 16 a batch, lr 1e-3, TAPA 2e-4) for S steps (3,000; sinusoidal, learned 6,000; NoPE, NoPE + SSMax,
-TAPA 12,000: LM_ITERS; --lm_iters sets every variant's), evaluated every S/20; its row records S; then perplexity
+(256-byte windows, 16 a batch, lr 1e-3, TAPA 2e-4) for S steps (3,000; more for the variants in LM_ITERS,
+listed under --lm_iters, which sets every variant's), evaluated every S/20; its row records S; then perplexity
 on the first ppl_tokens of the held-out 10% at 1x-16x, full windows and a sliding window of stride 256
 (eval_ppl.py); PLATEAU_RULE on its log.
 
