@@ -53,8 +53,11 @@ def gpt2_tokenizer():
         skip_or_fail(f"GPT-2 BPE (tiktoken r50k_base) could not be loaded: {e}")
 
 
-# The test models are tiny: one thread is faster than two fighting over small tensors.
+# The test models are tiny: one thread is faster than two fighting over small tensors, here and in the scripts
+# the tests run (train.py, passkey.py, torchrun ...: they inherit the environment), and robust to a busy CPU.
+# The demo's test alone trains with torch's default, as `python train.py` does.
 torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def make_tiny_gpt(pos="bam", ssmax=True, block_size=32, vocab_size=257, n_head=4, **config):

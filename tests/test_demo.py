@@ -25,7 +25,9 @@ RUN_DEMO = os.environ.get("NANOPE_DEMO_TEST") == "1" or os.environ.get("CI") == 
                                          "or set NANOPE_DEMO_TEST=1")
 def test_demo_retrieves_passkey_at_training_length(tmp_path):
     t0 = time.time()
-    subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), f"--out_dir={tmp_path}"], cwd=ROOT, check=True)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # torch's default threads, as a newcomer's
+    subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), f"--out_dir={tmp_path}"], cwd=ROOT, env=env,
+                   check=True)
     minutes = (time.time() - t0) / 60
     model, ckpt = load_checkpoint(os.path.join(tmp_path, "ckpt.pt"))
     results = run_passkey(model, "byte", [ckpt["config"]["block_size"]], depths=5, samples=20, seed=123,

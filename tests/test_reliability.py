@@ -76,7 +76,7 @@ def test_diverged_resume_stops_and_keeps_the_good_checkpoint(tmp_path, data_dir)
     good = (out / "ckpt.pt").read_bytes()
     r = subprocess.run([sys.executable, "train.py", f"--out_dir={out}", "--init_from=resume", "--max_iters=20",
                         "--learning_rate=1e3", "--warmup_iters=0", "--log_interval=1"],
-                       cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert last.startswith("train.py: non-finite") and "at iteration" in last and "learning_rate=1000" in last
@@ -320,11 +320,10 @@ def cli_results(tmp_path_factory, data_dir):
         "eval_ppl --out in a file": ("eval_ppl.py", ["--ckpt", str(good), "--out", str(t / "a_file" / "p.json")],
                                      "is a file"),
     }
-    env = dict(os.environ, OMP_NUM_THREADS="1")
 
     def go(item):
         script, args, _ = item
-        return subprocess.run([sys.executable, script] + args, cwd=ROOT, capture_output=True, text=True, env=env,
+        return subprocess.run([sys.executable, script] + args, cwd=ROOT, capture_output=True, text=True,
                               timeout=120)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         done = dict(zip(commands, pool.map(go, commands.values())))
@@ -389,8 +388,7 @@ def test_an_out_dir_in_use_refuses_a_second_run_and_a_killed_runs_lock_is_taken_
     one line naming the first; after kill -9 of the first, the next run takes out_dir over and says so."""
     out = tmp_path / "out"
     cmd = [sys.executable, "train.py"] + TINY + [f"--out_dir={out}", f"--dataset={data_dir}"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    first = subprocess.Popen(cmd + ["--max_iters=1000000", "--eval_interval=5"], cwd=ROOT, env=env,
+    first = subprocess.Popen(cmd + ["--max_iters=1000000", "--eval_interval=5"], cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(600):  # until the first run holds out_dir and has a checkpoint (at most 60 s)
@@ -401,7 +399,7 @@ def test_an_out_dir_in_use_refuses_a_second_run_and_a_killed_runs_lock_is_taken_
         assert json.loads((out / "running.json").read_text())["pid"] == first.pid
         log_before = (out / "log.txt").read_text()
         for extra in (["--max_iters=2"], ["--max_iters=2000000", "--init_from=resume"]):
-            second = subprocess.run(cmd + extra, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+            second = subprocess.run(cmd + extra, cwd=ROOT, capture_output=True, text=True, timeout=120)
             assert second.returncode != 0
             err = second.stderr.strip().splitlines()
             assert len(err) == 1 and "in use by another run" in err[0] and f"pid {first.pid}" in err[0], err
@@ -412,7 +410,7 @@ def test_an_out_dir_in_use_refuses_a_second_run_and_a_killed_runs_lock_is_taken_
         first.send_signal(signal.SIGKILL)
         first.wait()
     assert (out / "running.json").exists()  # kill -9: nothing was cleaned up
-    third = subprocess.run(cmd + ["--max_iters=2", "--eval_interval=2"], cwd=ROOT, env=env, capture_output=True,
+    third = subprocess.run(cmd + ["--max_iters=2", "--eval_interval=2"], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
     assert third.returncode == 0, third.stderr
     assert "taking over" in third.stdout and f"pid {first.pid}" in third.stdout
@@ -449,9 +447,8 @@ def test_ddp_a_rank_with_nan_stops_every_rank_and_the_last_checkpoint_resumes(tm
     script = tmp_path / "nan_on_rank_1.py"
     script.write_text(NAN_ON_RANK_1.format(root=ROOT))
     out = tmp_path / "out"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
     r = subprocess.run(torchrun_cmd(out, data_dir, "--max_iters=100", "--eval_interval=4", "--log_interval=1",
-                                    script=str(script)), cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+                                    script=str(script)), cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert r.returncode != 0
     lines = [line for line in r.stderr.splitlines() if line.startswith(f"{script.name}:")]
     assert lines and "non-finite" in lines[0], r.stderr[-3000:]
@@ -459,7 +456,7 @@ def test_ddp_a_rank_with_nan_stops_every_rank_and_the_last_checkpoint_resumes(tm
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     assert 0 < ckpt["iter_num"] < 8 and all(torch.isfinite(p).all() for p in ckpt["model"].values())
     r = subprocess.run(torchrun_cmd(out, data_dir, "--init_from=resume", f"--max_iters={ckpt['iter_num'] + 2}"),
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+                       cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-2000:]
     assert torch.load(out / "ckpt.pt", weights_only=True)["iter_num"] == ckpt["iter_num"] + 2
 
@@ -468,9 +465,8 @@ def test_ddp_a_killed_rank_ends_the_job_and_the_last_checkpoint_resumes(tmp_path
     """torchrun, 2 processes (gloo): kill -9 of rank 1 ends the whole job within a minute; the checkpoint is intact
     and a resumed run (which takes over out_dir from the dead rank 0) goes on from it."""
     out = tmp_path / "out"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
     job = subprocess.Popen(torchrun_cmd(out, data_dir, "--max_iters=1000000", "--eval_interval=5"), cwd=ROOT,
-                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(1200):  # until a checkpoint is there (at most 120 s)
             if (out / "ckpt.pt").exists() and (out / "running.json").exists():
@@ -489,7 +485,7 @@ def test_ddp_a_killed_rank_ends_the_job_and_the_last_checkpoint_resumes(tmp_path
     assert job.returncode != 0
     saved = torch.load(out / "ckpt.pt", weights_only=True)  # intact: written whole or not at all
     r = subprocess.run(torchrun_cmd(out, data_dir, "--init_from=resume", f"--max_iters={saved['iter_num'] + 2}"),
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+                       cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-2000:]
     assert torch.load(out / "ckpt.pt", weights_only=True)["iter_num"] == saved["iter_num"] + 2
 
@@ -517,7 +513,7 @@ def test_evaluation_output_refused_by_the_os_is_one_line_and_leaves_no_partial_f
                                                                                           "--max_windows=1"]}[script]
     r = subprocess.run([sys.executable, script, f"--ckpt={tmp_path / 'ckpt.pt'}", f"--out={res / 'r.json'}",
                         "--device=cpu"] + args, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       preexec_fn=limit_file_size(200), env=dict(os.environ, OMP_NUM_THREADS="1"))
+                       preexec_fn=limit_file_size(200))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith(f"{script}: could not write") and "r.json" in last and "free some space" in last, last
@@ -532,11 +528,10 @@ def test_passkey_killed_then_the_same_command_goes_on_and_ends_as_an_uninterrupt
                tmp_path / "ckpt.pt")
     args = [sys.executable, "passkey.py", f"--ckpt={tmp_path / 'ckpt.pt'}", "--lengths=300,400,500", "--depths=5",
             "--samples=12", "--batch_size=1", "--device=cpu"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    subprocess.run(args + [f"--out={tmp_path / 'whole.json'}"], cwd=ROOT, env=env, check=True, capture_output=True,
+    subprocess.run(args + [f"--out={tmp_path / 'whole.json'}"], cwd=ROOT, check=True, capture_output=True,
                    timeout=300)
     out = tmp_path / "cut.json"
-    job = subprocess.Popen(args + [f"--out={out}"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+    job = subprocess.Popen(args + [f"--out={out}"], cwd=ROOT, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
     try:
         for _ in range(3000):  # until a few batches are written (at most 300 s)
@@ -549,7 +544,7 @@ def test_passkey_killed_then_the_same_command_goes_on_and_ends_as_an_uninterrupt
         job.wait()
     cut = json.loads(out.read_text())
     assert cut["meta"]["finished"] is False and 5 <= len(cut["results"]) < 180
-    r = subprocess.run(args + [f"--out={out}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(args + [f"--out={out}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and f"after the {len(cut['results'])} prompts it scored" in r.stdout, r.stderr
     whole, again = json.loads((tmp_path / "whole.json").read_text()), json.loads(out.read_text())
     assert again["meta"]["finished"] is True and again["results"] == whole["results"]

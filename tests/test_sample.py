@@ -1,6 +1,5 @@
 """sample.py from checkpoints of 3-step train.py runs: generation past block_size for a
 variant that extrapolates, and the clear error for pos=learned."""
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BLOCK = 32
 
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread is as fast, and robust to a busy CPU
-
-
 def run(*args):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +28,7 @@ def checkpoints(shakespeare_path, tmp_path_factory):
         [sys.executable, "train.py", f"--out_dir={out}", f"--dataset={data}", f"--pos={pos}", "--ssmax=False",
          "--max_iters=3", "--eval_interval=3", "--eval_iters=1", "--batch_size=2", f"--block_size={BLOCK}",
          "--n_layer=1", "--n_head=2", "--n_embd=16", "--warmup_iters=1", "--device=cpu", "--compile=False"],
-        cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for pos, out in outs.items()]
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for pos, out in outs.items()]
     for p, out in zip(procs, outs.values()):
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-2000:]
