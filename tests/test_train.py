@@ -326,8 +326,7 @@ def test_ddp_two_processes_gloo_resumes_exactly(tmp_path, shakespeare_byte):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py"] + \
             TINY + [f"--out_dir={out_dir}", f"--dataset={shakespeare_byte}", "--eval_interval=2", "--lr_decay_iters=4",
                     "--gradient_accumulation_steps=2", "--dropout=0.1"] + list(args)
-        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                           timeout=300)
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
         return torch.load(out_dir / "ckpt.pt", weights_only=True)
     full = torchrun(tmp_path / "a", "--max_iters=4")
